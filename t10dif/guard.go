@@ -1,0 +1,99 @@
+package t10dif
+
+import (
+	"hash/crc32"
+)
+
+// Dispatch contract with the architecture files.
+//
+// Each architecture file (guard_amd64.go; guard_other.go for everything
+// else and for the purego tag) defines
+//
+//	func archImpls() []Impl
+//
+// returning the assembly implementations this CPU can run, fastest first,
+// each with every function set. init puts them in front of the generic
+// implementation, and the first entry becomes the one the package uses.
+// archImpls is called once, at package initialisation; implementations must
+// give results identical to the generic one for every input (the tests
+// cross-check them against the bitwise reference).
+
+// Impl is one implementation of the CRC kernels. [Impls] lists those this
+// machine can run; tests and benchmarks use it to exercise each one.
+type Impl struct {
+	// Name identifies the implementation: "generic", "pclmul", "avx512".
+	Name string
+	// CRC16 is [CRC16] in this implementation.
+	CRC16 func(crc uint16, p []byte) uint16
+	// CopyCRC16 copies src to dst (len(dst) >= len(src)) and returns
+	// CRC16(crc, src), in one pass over the data.
+	CopyCRC16 func(crc uint16, dst, src []byte) uint16
+	// CRC64NVMe is [CRC64NVMe] in this implementation.
+	CRC64NVMe func(crc uint64, p []byte) uint64
+	// CopyCRC64NVMe copies src to dst (len(dst) >= len(src)) and returns
+	// CRC64NVMe(crc, src), in one pass over the data.
+	CopyCRC64NVMe func(crc uint64, dst, src []byte) uint64
+}
+
+var (
+	impls  []Impl
+	active Impl
+)
+
+func init() {
+	impls = append(archImpls(), genericImpl)
+	active = impls[0]
+}
+
+var genericImpl = Impl{
+	Name:          "generic",
+	CRC16:         crc16Generic,
+	CopyCRC16:     copyCRC16Generic,
+	CRC64NVMe:     crc64Generic,
+	CopyCRC64NVMe: copyCRC64Generic,
+}
+
+// Impls returns the CRC implementations this machine can run, the one the
+// package uses first. The slice is a copy.
+func Impls() []Impl { return append([]Impl(nil), impls...) }
+
+// ActiveImpl returns the name of the implementation the package uses.
+func ActiveImpl() string { return active.Name }
+
+// CRC16 returns the CRC-16/T10-DIF of p (polynomial 0x8BB7, initial value
+// 0, no reflection, no final XOR), continuing from crc, the result of a
+// previous call (0 to start). CRC16(0, []byte("123456789")) == 0xD0DB.
+func CRC16(crc uint16, p []byte) uint16 { return active.CRC16(crc, p) }
+
+// CRC64NVMe returns the CRC-64/NVME of p (the NVMe 64b guard: reflected
+// polynomial 0x9A6C9329AC4BC9B5, initial value and final XOR all ones),
+// continuing from crc, the result of a previous call (0 to start), as
+// hash/crc64 does. CRC64NVMe(0, []byte("123456789")) == 0xAE8B14860A799888.
+func CRC64NVMe(crc uint64, p []byte) uint64 { return active.CRC64NVMe(crc, p) }
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// CRC32C returns the CRC-32C (Castagnoli, CRC-32/ISCSI) of p, continuing
+// from crc, the result of a previous call (0 to start), as hash/crc32 does.
+// The standard library's implementation is used; it has its own assembly.
+func CRC32C(crc uint32, p []byte) uint32 { return crc32.Update(crc, castagnoli, p) }
+
+// IPChecksum returns the IP-checksum guard of p: the ones' complement of the
+// ones' complement sum of p taken as big-endian 16-bit words (an odd last
+// byte is paired with 0x00), as Linux ip_compute_csum stores it. The guard
+// of an all-zero block is 0xFFFF.
+func IPChecksum(p []byte) uint16 {
+	var s ipSum
+	s.update(p)
+	return s.guard()
+}
+
+// copyCRC16 copies src to dst and returns CRC16(crc, src).
+func copyCRC16(crc uint16, dst, src []byte) uint16 {
+	return active.CopyCRC16(crc, dst, src)
+}
+
+// copyCRC64NVMe copies src to dst and returns CRC64NVMe(crc, src).
+func copyCRC64NVMe(crc uint64, dst, src []byte) uint64 {
+	return active.CopyCRC64NVMe(crc, dst, src)
+}
