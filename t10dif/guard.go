@@ -10,11 +10,19 @@ import (
 // else and for the purego tag) defines
 //
 //	func archImpls() []Impl
+//	func archCRC16(id implID, crc uint16, p []byte) uint16
+//	func archCopyCRC16(id implID, crc uint16, dst, src []byte) uint16
+//	func archCRC64(id implID, crc uint64, p []byte) uint64
+//	func archCopyCRC64(id implID, crc uint64, dst, src []byte) uint64
 //
-// returning the assembly implementations this CPU can run, fastest first,
-// each with every function set. init puts them in front of the generic
+// archImpls returns the assembly implementations this CPU can run, fastest
+// first, each with every function set and a non-zero id; it is called once,
+// at package initialisation. init puts them in front of the generic
 // implementation, and the first entry becomes the one the package uses.
-// archImpls is called once, at package initialisation; implementations must
+// The arch* functions run the implementation with that id; they are only
+// called with ids archImpls returned. The package calls them, not the
+// function values of Impl, because a call through a function value makes
+// escape analysis move every buffer passed to the heap. Implementations must
 // give results identical to the generic one for every input (the tests
 // cross-check them against the bitwise reference).
 
@@ -33,16 +41,23 @@ type Impl struct {
 	// CopyCRC64NVMe copies src to dst (len(dst) >= len(src)) and returns
 	// CRC64NVMe(crc, src), in one pass over the data.
 	CopyCRC64NVMe func(crc uint64, dst, src []byte) uint64
+
+	id implID // 0 for the generic implementation
 }
+
+// implID identifies an implementation for the arch* dispatch functions.
+type implID uint8
 
 var (
 	impls  []Impl
 	active Impl
+	useID  implID // active.id
 )
 
 func init() {
 	impls = append(archImpls(), genericImpl)
 	active = impls[0]
+	useID = active.id
 }
 
 var genericImpl = Impl{
@@ -63,13 +78,23 @@ func ActiveImpl() string { return active.Name }
 // CRC16 returns the CRC-16/T10-DIF of p (polynomial 0x8BB7, initial value
 // 0, no reflection, no final XOR), continuing from crc, the result of a
 // previous call (0 to start). CRC16(0, []byte("123456789")) == 0xD0DB.
-func CRC16(crc uint16, p []byte) uint16 { return active.CRC16(crc, p) }
+func CRC16(crc uint16, p []byte) uint16 {
+	if useID == 0 {
+		return crc16Generic(crc, p)
+	}
+	return archCRC16(useID, crc, p)
+}
 
 // CRC64NVMe returns the CRC-64/NVME of p (the NVMe 64b guard: reflected
 // polynomial 0x9A6C9329AC4BC9B5, initial value and final XOR all ones),
 // continuing from crc, the result of a previous call (0 to start), as
 // hash/crc64 does. CRC64NVMe(0, []byte("123456789")) == 0xAE8B14860A799888.
-func CRC64NVMe(crc uint64, p []byte) uint64 { return active.CRC64NVMe(crc, p) }
+func CRC64NVMe(crc uint64, p []byte) uint64 {
+	if useID == 0 {
+		return crc64Generic(crc, p)
+	}
+	return archCRC64(useID, crc, p)
+}
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
@@ -90,10 +115,16 @@ func IPChecksum(p []byte) uint16 {
 
 // copyCRC16 copies src to dst and returns CRC16(crc, src).
 func copyCRC16(crc uint16, dst, src []byte) uint16 {
-	return active.CopyCRC16(crc, dst, src)
+	if useID == 0 {
+		return copyCRC16Generic(crc, dst, src)
+	}
+	return archCopyCRC16(useID, crc, dst, src)
 }
 
 // copyCRC64NVMe copies src to dst and returns CRC64NVMe(crc, src).
 func copyCRC64NVMe(crc uint64, dst, src []byte) uint64 {
-	return active.CopyCRC64NVMe(crc, dst, src)
+	if useID == 0 {
+		return copyCRC64Generic(crc, dst, src)
+	}
+	return archCopyCRC64(useID, crc, dst, src)
 }

@@ -82,9 +82,12 @@ func crc16Generic(crc uint16, p []byte) uint16 {
 	return crc
 }
 
-func crc64Generic(crc uint64, p []byte) uint64 {
+func crc64Generic(crc uint64, p []byte) uint64 { return ^crc64Update(^crc, p) }
+
+// crc64Update advances the reflected CRC-64/NVME register crc over p,
+// without the initial and final inversions.
+func crc64Update(crc uint64, p []byte) uint64 {
 	t := crc64Tab
-	crc = ^crc
 	for len(p) >= 16 {
 		// The second word does not depend on crc: XOR its lookups first.
 		b := binary.LittleEndian.Uint64(p[8:])
@@ -98,7 +101,7 @@ func crc64Generic(crc uint64, p []byte) uint64 {
 	for _, b := range p {
 		crc = t[0][byte(crc)^b] ^ crc>>8
 	}
-	return ^crc
+	return crc
 }
 
 func copyCRC16Generic(crc uint16, dst, src []byte) uint16 {
@@ -144,12 +147,12 @@ func (x *ipSum) add(v uint64) {
 }
 
 // fold returns the 16-bit ones' complement sum.
-func (x *ipSum) fold() uint16 { return fold64(x.s) }
+func (x *ipSum) fold() uint16 { return foldSum(x.s) }
 
 // guard returns the IP-checksum guard: the complemented sum.
 func (x *ipSum) guard() uint16 { return ^x.fold() }
 
-func fold64(s uint64) uint16 {
+func foldSum(s uint64) uint16 {
 	s = s>>32 + s&0xFFFFFFFF // at most 33 bits
 	s = s>>32 + s&0xFFFFFFFF // at most 32 bits
 	s = s>>16 + s&0xFFFF     // at most 17 bits

@@ -147,15 +147,16 @@ type Stream struct {
 	inData   int    // data bytes of the input block consumed
 	inMetaN  int    // interleaved metadata bytes of the input block consumed
 	inDone   uint64 // input blocks finished (checked)
-	inStore  []byte // interleaved input metadata being assembled from pieces
-	lastIn   []byte // metadata of the last finished input block
+	inBig    []byte // input metadata being assembled, when larger than inMetaBuf
+	lastIn   []byte // metadata of the last finished input block, if not in the store
+	lastInSt bool   // ... or it is in the store (inMetaBuf or inBig)
 	inG      guardAcc
 	lastInG  uint64 // input guard of the last finished block
 	outBlk   uint64 // current output block
 	outData  int    // data bytes of the output block produced
 	outMetaN int    // interleaved metadata bytes of the output block written
-	outReady bool   // outMeta holds the output metadata of outBlk
-	outMeta  []byte
+	outReady bool   // the output store holds the output metadata of outBlk
+	outBig   []byte // output metadata store, when larger than outMetaBuf
 	outG     guardAcc
 
 	hasErr bool
@@ -237,16 +238,16 @@ func (s *Stream) Process(dst, src []byte) (nDst, nSrc int, err error) {
 					return nDst, nSrc, err
 				}
 				s.finishIn(m)
+				s.lastIn, s.lastInSt = m, false
 				progressed = true
 			} else if len(src) > 0 {
-				if s.inStore == nil {
-					s.inStore = s.metaBuf(s.inMetaBuf[:], p.in.meta)
-				}
-				k := copy(s.inStore[s.inMetaN:], src)
+				st := s.inStore()
+				k := copy(st[s.inMetaN:], src)
 				s.inMetaN += k
 				src, nSrc = src[k:], nSrc+k
 				if s.inMetaN == p.in.meta {
-					s.finishIn(s.inStore)
+					s.finishIn(st)
+					s.lastIn, s.lastInSt = nil, true
 				}
 				progressed = true
 			}
@@ -258,18 +259,16 @@ func (s *Stream) Process(dst, src []byte) (nDst, nSrc int, err error) {
 				if err != nil {
 					return nDst, nSrc, err
 				}
-				s.buildOut(m, s.lastIn)
+				s.buildOut(m, s.lastInMeta())
 				s.nextOut()
 				progressed = true
 			} else {
+				st := s.outStore()
 				if !s.outReady {
-					if s.outMeta == nil {
-						s.outMeta = s.metaBuf(s.outMetaBuf[:], p.out.meta)
-					}
-					s.buildOut(s.outMeta, s.lastIn)
+					s.buildOut(st, s.lastInMeta())
 					s.outReady = true
 				}
-				k := copy(dst, s.outMeta[s.outMetaN:p.out.meta])
+				k := copy(dst, st[s.outMetaN:])
 				s.outMetaN += k
 				dst, nDst = dst[k:], nDst+k
 				if s.outMetaN == p.out.meta {
@@ -315,11 +314,38 @@ func (s *Stream) Process(dst, src []byte) (nDst, nSrc int, err error) {
 	}
 }
 
-func (s *Stream) metaBuf(inline []byte, n int) []byte {
-	if n <= len(inline) {
-		return inline[:n]
+// inStore returns the buffer that assembles split input metadata. The
+// slices of the stream's own arrays are never stored in the stream, so that
+// a Stream can live on the stack.
+func (s *Stream) inStore() []byte {
+	n := s.p.in.meta
+	if n <= len(s.inMetaBuf) {
+		return s.inMetaBuf[:n]
 	}
-	return make([]byte, n)
+	if s.inBig == nil {
+		s.inBig = make([]byte, n)
+	}
+	return s.inBig
+}
+
+// outStore returns the buffer that holds output metadata until it is written.
+func (s *Stream) outStore() []byte {
+	n := s.p.out.meta
+	if n <= len(s.outMetaBuf) {
+		return s.outMetaBuf[:n]
+	}
+	if s.outBig == nil {
+		s.outBig = make([]byte, n)
+	}
+	return s.outBig
+}
+
+// lastInMeta returns the metadata of the last finished input block.
+func (s *Stream) lastInMeta() []byte {
+	if s.lastInSt {
+		return s.inStore()
+	}
+	return s.lastIn
 }
 
 // blocksLeft returns how many whole metadata slots of size meta a buffer of
@@ -370,7 +396,9 @@ func (s *Stream) data(dst, src []byte) {
 	}
 }
 
-// finishIn checks the input block whose metadata is meta.
+// finishIn checks the input block whose metadata is meta. The caller
+// records where meta lives (lastIn, lastInSt); finishIn must not store it,
+// or a Stream on the stack would escape.
 func (s *Stream) finishIn(meta []byte) {
 	p := &s.p
 	if p.inGuard {
@@ -378,7 +406,6 @@ func (s *Stream) finishIn(meta []byte) {
 	}
 	s.checkTuple(s.inBlk, s.inG.value(), meta[p.in.piOff:])
 	s.lastInG = s.inG.value()
-	s.lastIn = meta
 	s.inBlk++
 	s.inDone++
 	s.inData, s.inMetaN = 0, 0
@@ -501,6 +528,7 @@ func (s *Stream) blocks(dst, src []byte) (nDst, nSrc int, err error) {
 		}
 		if in.pi {
 			s.finishIn(inMeta)
+			s.lastIn, s.lastInSt = inMeta, false
 		}
 		if out.pi {
 			s.buildOut(outMeta, inMeta)

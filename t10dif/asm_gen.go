@@ -1,0 +1,301 @@
+//go:build ignore
+
+// asm_gen writes fold_amd64.s, the carry-less-multiply folding kernels:
+//
+//	go run asm_gen.go
+//
+// One template yields eight functions: {AVX-512 VPCLMULQDQ, SSE PCLMULQDQ} ×
+// {non-reflected with byte reversal (CRC-16/T10-DIF), reflected
+// (CRC-64/NVME)} × {fold only, fold while copying}. The constants and the
+// arithmetic behind them are in fold_amd64.go.
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"strings"
+)
+
+type gen struct {
+	b    bytes.Buffer
+	nr   bool // non-reflected: reverse the bytes of each 16-byte chunk
+	copy bool // store every loaded chunk to DI as well
+}
+
+func (g *gen) p(format string, args ...any) {
+	fmt.Fprintf(&g.b, "\t"+format+"\n", args...)
+}
+
+func (g *gen) label(l string) { fmt.Fprintf(&g.b, "%s:\n", l) }
+
+// Offsets in foldKeys (fold_amd64.go).
+const (
+	offShuf  = 0
+	offK2048 = 64
+	offK1536 = 80
+	offK1024 = 96
+	offK896  = 112
+	offK768  = 128
+	offK640  = 144
+	offK512  = 160
+	offK384  = 176
+	offK256  = 192
+	offK128  = 208
+	offLanes = 224
+)
+
+// load512 loads 64 bytes at off(SI) into z, storing them to off(DI) first
+// when copying, and reverses each chunk when non-reflected.
+func (g *gen) load512(off int, z string) {
+	g.p("VMOVDQU64 %d(SI), %s", off, z)
+	if g.copy {
+		g.p("VMOVDQU64 %s, %d(DI)", z, off)
+	}
+	if g.nr {
+		g.p("VPSHUFB Z31, %s, %s", z, z)
+	}
+}
+
+// fold512 sets acc = acc·K + data, K broadcast in k.
+func (g *gen) fold512(acc, k, data, tmp string) {
+	g.p("VPCLMULQDQ $0x00, %s, %s, %s", k, acc, tmp)
+	g.p("VPCLMULQDQ $0x11, %s, %s, %s", k, acc, acc)
+	g.p("VPTERNLOGQ $0x96, %s, %s, %s", tmp, data, acc)
+}
+
+func (g *gen) advance(n int) {
+	g.p("ADDQ $%d, SI", n)
+	if g.copy {
+		g.p("ADDQ $%d, DI", n)
+	}
+	g.p("SUBQ $%d, CX", n)
+}
+
+func (g *gen) header(name string) {
+	fmt.Fprintf(&g.b, "\n// func %s(", name)
+	if g.copy {
+		g.b.WriteString("dst, ")
+	}
+	g.b.WriteString("src *byte, n int, k *foldKeys, init, out *[2]uint64)\n")
+	size := 40
+	if g.copy {
+		size = 48
+	}
+	fmt.Fprintf(&g.b, "TEXT ·%s(SB), NOSPLIT, $0-%d\n", name, size)
+	off := 0
+	if g.copy {
+		g.p("MOVQ dst+0(FP), DI")
+		off = 8
+	}
+	g.p("MOVQ src+%d(FP), SI", off)
+	g.p("MOVQ n+%d(FP), CX", off+8)
+	g.p("MOVQ k+%d(FP), AX", off+16)
+	g.p("MOVQ init+%d(FP), BX", off+24)
+	g.p("MOVQ out+%d(FP), DX", off+32)
+}
+
+// avx512 emits a kernel for n >= 64, n a multiple of 16.
+func (g *gen) avx512(name string) {
+	g.header(name)
+	L := func(s string) string { return name + "_" + s }
+	if g.nr {
+		g.p("VMOVDQU64 %d(AX), Z31", offShuf)
+	}
+	g.p("VMOVDQU64 (BX), X30") // EVEX load zeroes the upper lanes
+	g.p("CMPQ CX, $256")
+	g.p("JB %s", L("small"))
+
+	// Four accumulators, 256 bytes per round.
+	for i := range 4 {
+		g.load512(64*i, fmt.Sprintf("Z%d", i))
+	}
+	g.p("VPXORQ Z30, Z0, Z0")
+	g.advance(256)
+	g.p("VBROADCASTI32X4 %d(AX), Z29", offK2048)
+	g.label(L("loop256"))
+	g.p("CMPQ CX, $256")
+	g.p("JB %s", L("reduce4"))
+	for i := range 4 {
+		g.load512(64*i, fmt.Sprintf("Z%d", 4+i))
+	}
+	for i := range 4 {
+		g.fold512(fmt.Sprintf("Z%d", i), "Z29", fmt.Sprintf("Z%d", 4+i), fmt.Sprintf("Z%d", 8+i))
+	}
+	g.advance(256)
+	g.p("JMP %s", L("loop256"))
+
+	// Z3 += Z0·x^1536 + Z1·x^1024 + Z2·x^512.
+	g.label(L("reduce4"))
+	g.p("VBROADCASTI32X4 %d(AX), Z28", offK1536)
+	g.p("VBROADCASTI32X4 %d(AX), Z27", offK1024)
+	g.p("VBROADCASTI32X4 %d(AX), Z26", offK512)
+	for i, k := range []string{"Z28", "Z27", "Z26"} {
+		g.p("VPCLMULQDQ $0x00, %s, Z%d, Z%d", k, i, 8+2*i)
+		g.p("VPCLMULQDQ $0x11, %s, Z%d, Z%d", k, i, 9+2*i)
+	}
+	g.p("VPTERNLOGQ $0x96, Z8, Z9, Z3")
+	g.p("VPTERNLOGQ $0x96, Z10, Z11, Z3")
+	g.p("VPTERNLOGQ $0x96, Z12, Z13, Z3")
+	g.p("VMOVDQA64 Z3, Z0")
+	g.p("JMP %s", L("loop64"))
+
+	// 64 <= n < 256: one accumulator from the start.
+	g.label(L("small"))
+	g.load512(0, "Z0")
+	g.p("VPXORQ Z30, Z0, Z0")
+	g.advance(64)
+	g.p("VBROADCASTI32X4 %d(AX), Z26", offK512)
+	g.label(L("loop64"))
+	g.p("CMPQ CX, $64")
+	g.p("JB %s", L("lanes"))
+	g.load512(0, "Z4")
+	g.fold512("Z0", "Z26", "Z4", "Z8")
+	g.advance(64)
+	g.p("JMP %s", L("loop64"))
+
+	// Fold lanes 0..2 onto lane 3 (x^384, x^256, x^128) and add them up.
+	g.label(L("lanes"))
+	g.p("VMOVDQU64 %d(AX), Z25", offLanes)
+	g.p("VPCLMULQDQ $0x00, Z25, Z0, Z8")
+	g.p("VPCLMULQDQ $0x11, Z25, Z0, Z9")
+	g.p("VPXORQ Z8, Z9, Z8")
+	g.p("VEXTRACTI64X4 $1, Z8, Y9")
+	g.p("VPXORQ Y9, Y8, Y8")
+	g.p("VEXTRACTI32X4 $1, Y8, X9")
+	g.p("VPXORQ X9, X8, X8")
+	g.p("VEXTRACTI32X4 $3, Z0, X9")
+	g.p("VPXORQ X9, X8, X0")
+
+	// Remaining 16-byte chunks.
+	g.p("VMOVDQU64 %d(AX), X24", offK128)
+	g.label(L("loop16"))
+	g.p("CMPQ CX, $16")
+	g.p("JB %s", L("done"))
+	g.p("VMOVDQU64 (SI), X4")
+	if g.copy {
+		g.p("VMOVDQU64 X4, (DI)")
+	}
+	if g.nr {
+		g.p("VPSHUFB X31, X4, X4")
+	}
+	g.fold512("X0", "X24", "X4", "X8")
+	g.advance(16)
+	g.p("JMP %s", L("loop16"))
+	g.label(L("done"))
+	g.p("VMOVDQU64 X0, (DX)")
+	g.p("VZEROUPPER")
+	g.p("RET")
+}
+
+// sse emits a PCLMULQDQ kernel for n >= 16, n a multiple of 16, using
+// legacy SSE encodings only (SSSE3 PSHUFB, PCLMULQDQ).
+func (g *gen) sse(name string) {
+	g.header(name)
+	L := func(s string) string { return name + "_" + s }
+	// X8..X15 are accumulators 0..7, X0 data, X1 temp, X2 constants,
+	// X3 shuffle mask, X4 init.
+	load := func(off int, x string) {
+		g.p("MOVOU %d(SI), %s", off, x)
+		if g.copy {
+			g.p("MOVOU %s, %d(DI)", x, off)
+		}
+		if g.nr {
+			g.p("PSHUFB X3, %s", x)
+		}
+	}
+	fold := func(acc, k, data string) {
+		g.p("MOVOA %s, X1", acc)
+		g.p("PCLMULQDQ $0x00, %s, %s", k, acc)
+		g.p("PCLMULQDQ $0x11, %s, X1", k)
+		g.p("PXOR X1, %s", acc)
+		g.p("PXOR %s, %s", data, acc)
+	}
+	if g.nr {
+		g.p("MOVOU %d(AX), X3", offShuf)
+	}
+	g.p("MOVOU (BX), X4")
+	g.p("CMPQ CX, $128")
+	g.p("JB %s", L("small"))
+	for i := range 8 {
+		load(16*i, fmt.Sprintf("X%d", 8+i))
+	}
+	g.p("PXOR X4, X8")
+	g.advance(128)
+	g.p("MOVOU %d(AX), X2", offK1024)
+	g.label(L("loop128"))
+	g.p("CMPQ CX, $128")
+	g.p("JB %s", L("reduce8"))
+	for i := range 8 {
+		load(16*i, "X0")
+		fold(fmt.Sprintf("X%d", 8+i), "X2", "X0")
+	}
+	g.advance(128)
+	g.p("JMP %s", L("loop128"))
+
+	// X15 += X8·x^896 + X9·x^768 + ... + X14·x^128.
+	g.label(L("reduce8"))
+	for i, off := range []int{offK896, offK768, offK640, offK512, offK384, offK256, offK128} {
+		acc := fmt.Sprintf("X%d", 8+i)
+		g.p("MOVOU %d(AX), X2", off)
+		g.p("MOVOA %s, X1", acc)
+		g.p("PCLMULQDQ $0x00, X2, %s", acc)
+		g.p("PCLMULQDQ $0x11, X2, X1")
+		g.p("PXOR X1, X15")
+		g.p("PXOR %s, X15", acc)
+	}
+	g.p("MOVOA X15, X8")
+	g.p("JMP %s", L("tail"))
+
+	g.label(L("small"))
+	load(0, "X8")
+	g.p("PXOR X4, X8")
+	g.advance(16)
+	g.label(L("tail"))
+	g.p("MOVOU %d(AX), X2", offK128)
+	g.label(L("loop16"))
+	g.p("CMPQ CX, $16")
+	g.p("JB %s", L("done"))
+	load(0, "X0")
+	fold("X8", "X2", "X0")
+	g.advance(16)
+	g.p("JMP %s", L("loop16"))
+	g.label(L("done"))
+	g.p("MOVOU X8, (DX)")
+	g.p("RET")
+}
+
+func main() {
+	var out bytes.Buffer
+	out.WriteString(`// Code generated by asm_gen.go; DO NOT EDIT.
+
+//go:build !purego
+
+#include "textflag.h"
+`)
+	for _, isa := range []string{"AVX512", "PCLMUL"} {
+		for _, kind := range []struct {
+			name string
+			nr   bool
+		}{{"fold16", true}, {"fold64", false}} {
+			for _, cp := range []bool{false, true} {
+				g := &gen{nr: kind.nr, copy: cp}
+				name := kind.name
+				if cp {
+					name += "Copy"
+				}
+				name += isa
+				if isa == "AVX512" {
+					g.avx512(name)
+				} else {
+					g.sse(name)
+				}
+				out.Write(g.b.Bytes())
+			}
+		}
+	}
+	if err := os.WriteFile("fold_amd64.s", []byte(strings.ReplaceAll(out.String(), "\t\n", "\n")), 0o644); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+}
