@@ -4,8 +4,8 @@
 // The vectors are JSON Lines in the format of ../shared/vectors/FORMAT.md
 // (copied into FORMAT.md here): public.jsonl is the published set;
 // generated.jsonl holds cases the project generates from its own reference
-// path for what the published set lacks, using the extensions documented in
-// FORMAT.md ("Extensions"). [Load] parses a file, reporting malformed lines
+// path (testvectors/gen) for what the published set lacks, using the
+// extensions documented in EXTENSIONS.md. [Load] parses a file, reporting malformed lines
 // with their numbers, and [Case.Run] runs one case and lists every
 // expected key that differs.
 package testvectors
