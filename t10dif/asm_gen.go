@@ -43,6 +43,8 @@ const (
 	offK256  = 192
 	offK128  = 208
 	offLanes = 224
+	offBarr  = 288
+	offPoly  = 304
 )
 
 // load512 loads 64 bytes at off(SI) into z, storing them to off(DI) first
@@ -183,9 +185,49 @@ func (g *gen) avx512(name string) {
 	g.advance(16)
 	g.p("JMP %s", L("loop16"))
 	g.label(L("done"))
+	if g.nr {
+		g.barrettAVX()
+	}
 	g.p("VMOVDQU64 X0, (DX)")
 	g.p("VZEROUPPER")
 	g.p("RET")
+}
+
+// barrettAVX reduces the non-reflected accumulator X0 = H·x^64 + L to the
+// CRC register X0·x^w mod P, left in the low bits of X0 (fold_amd64.go).
+func (g *gen) barrettAVX() {
+	g.p("VMOVDQU64 %d(AX), X23", offBarr) // {x^64 mod P, μ'}
+	g.p("VMOVDQU64 %d(AX), X22", offPoly) // {P - x^w, 0}
+	g.p("VPCLMULQDQ $0x01, X23, X0, X1")  // H·(x^64 mod P)
+	g.p("VMOVQ X0, X2")
+	g.p("VPXORQ X2, X1, X1")              // Y = H·(x^64 mod P) + L
+	g.p("VPCLMULQDQ $0x01, X23, X1, X3")  // Yhi·(x^64 mod P)
+	g.p("VMOVQ X1, X2")
+	g.p("VPXORQ X2, X3, X3")              // Z, 64 bits
+	g.p("VPCLMULQDQ $0x10, X23, X3, X4")  // Z·μ'
+	g.p("VPSRLDQ $8, X4, X4")
+	g.p("VPXORQ X3, X4, X4")              // q = Z + floor(Z·μ'/x^64)
+	g.p("VPCLMULQDQ $0x00, X22, X4, X0")  // q·(P - x^w) mod x^w is the CRC
+}
+
+// barrettSSE is barrettAVX in legacy SSE encodings, on X8.
+func (g *gen) barrettSSE() {
+	g.p("MOVOU %d(AX), X2", offBarr)
+	g.p("MOVOU %d(AX), X3", offPoly)
+	g.p("MOVOA X8, X1")
+	g.p("PCLMULQDQ $0x01, X2, X1") // H·(x^64 mod P)
+	g.p("MOVQ X8, X0")
+	g.p("PXOR X0, X1")             // Y
+	g.p("MOVOA X1, X4")
+	g.p("PCLMULQDQ $0x01, X2, X4") // Yhi·(x^64 mod P)
+	g.p("MOVQ X1, X0")
+	g.p("PXOR X0, X4")             // Z
+	g.p("MOVOA X4, X5")
+	g.p("PCLMULQDQ $0x10, X2, X5") // Z·μ'
+	g.p("PSRLDQ $8, X5")
+	g.p("PXOR X4, X5")             // q
+	g.p("PCLMULQDQ $0x00, X3, X5")
+	g.p("MOVOA X5, X8")
 }
 
 // sse emits a PCLMULQDQ kernel for n >= 16, n a multiple of 16, using
@@ -261,6 +303,9 @@ func (g *gen) sse(name string) {
 	g.advance(16)
 	g.p("JMP %s", L("loop16"))
 	g.label(L("done"))
+	if g.nr {
+		g.barrettSSE()
+	}
 	g.p("MOVOU X8, (DX)")
 	g.p("RET")
 }

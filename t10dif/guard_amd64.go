@@ -20,7 +20,11 @@ import (
 // H·(x^(D+64) mod P) + L·(x^D mod P) ≡ (H·x^64 + L)·x^D. The kernels take
 // whole 16-byte chunks and return one 128-bit accumulator; the Go side
 // reduces it to a CRC with one slicing-by-16 step of the table code, which
-// is exact: the CRC register after bytes B from zero is B(x)·x^w mod P.
+// is exact: the CRC register after bytes B from zero is B(x)·x^w mod P. The
+// non-reflected kernels instead finish with a Barrett reduction (exact for
+// polynomials): for Z of degree < 64, with μ = floor(x^(64+w)/P),
+// q = floor(Z·μ/x^64) = Z + floor(Z·(μ-x^64)/x^64) and the CRC of Z·x^w
+// is the low w bits of q·(P - x^w).
 //
 // Non-reflected CRCs (CRC-16/T10-DIF) reverse the bytes of each chunk so
 // that bit i of the register is the coefficient of x^i; a constant for a
@@ -48,6 +52,10 @@ type foldKeys struct {
 	k256  [2]uint64
 	k128  [2]uint64
 	lanes [4][2]uint64 // x^384, x^256, x^128 and zero, for the four lanes of a ZMM
+	// Barrett reduction of a non-reflected accumulator to the CRC:
+	// {x^64 mod P, floor(x^(64+w)/P) - x^64} and {P - x^w, 0}.
+	barrett [2]uint64
+	poly    [2]uint64
 }
 
 // xPowMod returns x^k mod P for a polynomial of degree deg whose low
@@ -66,6 +74,25 @@ func xPowMod(k, deg int, poly uint64) uint64 {
 	return r
 }
 
+// barrettMu returns floor(x^(64+deg)/P) without its x^64 term, for P of
+// degree deg <= 32 with low coefficients poly.
+func barrettMu(deg int, poly uint64) uint64 {
+	// Long division of x^(64+deg) by P, one quotient bit at a time.
+	var q uint64
+	r := uint64(1) << deg // the running remainder's top deg+1 bits
+	full := uint64(1)<<deg | poly
+	for i := 64; i >= 0; i-- {
+		if r&(1<<deg) != 0 {
+			if i < 64 {
+				q |= 1 << i
+			}
+			r ^= full
+		}
+		r <<= 1
+	}
+	return q
+}
+
 func makeKeys(nr bool, deg int, poly uint64) *foldKeys {
 	k := new(foldKeys)
 	pair := func(d int) [2]uint64 {
@@ -78,6 +105,10 @@ func makeKeys(nr bool, deg int, poly uint64) *foldKeys {
 	k.k768, k.k640, k.k512, k.k384 = pair(768), pair(640), pair(512), pair(384)
 	k.k256, k.k128 = pair(256), pair(128)
 	k.lanes = [4][2]uint64{k.k384, k.k256, k.k128, {}}
+	if nr {
+		k.barrett = [2]uint64{xPowMod(64, deg, poly), barrettMu(deg, poly)}
+		k.poly = [2]uint64{poly, 0}
+	}
 	for i := range k.shuf {
 		k.shuf[i] = byte(15 - i%16)
 	}
@@ -119,14 +150,6 @@ const (
 	minAVX512 = 64
 	minPCLMUL = 32
 )
-
-// crc16Acc reduces a non-reflected accumulator to the CRC register.
-func crc16Acc(acc *[2]uint64) uint16 {
-	var b [16]byte
-	binary.BigEndian.PutUint64(b[:], acc[1])
-	binary.BigEndian.PutUint64(b[8:], acc[0])
-	return crc16Generic(0, b[:])
-}
 
 // crc64Acc reduces a reflected accumulator to the (uninverted) register.
 func crc64Acc(acc *[2]uint64) uint64 {
@@ -195,7 +218,7 @@ func archCRC16(id implID, crc uint16, p []byte) uint16 {
 	n := len(p) &^ 15
 	init, acc := [2]uint64{0, uint64(crc) << 48}, [2]uint64{}
 	fold16(k, &p[0], n, &init, &acc)
-	return crc16Generic(crc16Acc(&acc), p[n:])
+	return crc16Generic(uint16(acc[0]), p[n:])
 }
 
 func archCopyCRC16(id implID, crc uint16, dst, src []byte) uint16 {
@@ -208,7 +231,7 @@ func archCopyCRC16(id implID, crc uint16, dst, src []byte) uint16 {
 	init, acc := [2]uint64{0, uint64(crc) << 48}, [2]uint64{}
 	fold16Copy(k, &dst[0], &src[0], n, &init, &acc)
 	copy(dst[n:], src[n:])
-	return crc16Generic(crc16Acc(&acc), src[n:])
+	return crc16Generic(uint16(acc[0]), src[n:])
 }
 
 func archCRC64(id implID, crc uint64, p []byte) uint64 {
