@@ -200,14 +200,14 @@ func (g *gen) barrettAVX() {
 	g.p("VMOVDQU64 %d(AX), X22", offPoly) // {P - x^w, 0}
 	g.p("VPCLMULQDQ $0x01, X23, X0, X1")  // H·(x^64 mod P)
 	g.p("VMOVQ X0, X2")
-	g.p("VPXORQ X2, X1, X1")              // Y = H·(x^64 mod P) + L
-	g.p("VPCLMULQDQ $0x01, X23, X1, X3")  // Yhi·(x^64 mod P)
+	g.p("VPXORQ X2, X1, X1")             // Y = H·(x^64 mod P) + L
+	g.p("VPCLMULQDQ $0x01, X23, X1, X3") // Yhi·(x^64 mod P)
 	g.p("VMOVQ X1, X2")
-	g.p("VPXORQ X2, X3, X3")              // Z, 64 bits
-	g.p("VPCLMULQDQ $0x10, X23, X3, X4")  // Z·μ'
+	g.p("VPXORQ X2, X3, X3")             // Z, 64 bits
+	g.p("VPCLMULQDQ $0x10, X23, X3, X4") // Z·μ'
 	g.p("VPSRLDQ $8, X4, X4")
-	g.p("VPXORQ X3, X4, X4")              // q = Z + floor(Z·μ'/x^64)
-	g.p("VPCLMULQDQ $0x00, X22, X4, X0")  // q·(P - x^w) mod x^w is the CRC
+	g.p("VPXORQ X3, X4, X4")             // q = Z + floor(Z·μ'/x^64)
+	g.p("VPCLMULQDQ $0x00, X22, X4, X0") // q·(P - x^w) mod x^w is the CRC
 }
 
 // barrettSSE is barrettAVX in legacy SSE encodings, on X8.
@@ -217,15 +217,15 @@ func (g *gen) barrettSSE() {
 	g.p("MOVOA X8, X1")
 	g.p("PCLMULQDQ $0x01, X2, X1") // H·(x^64 mod P)
 	g.p("MOVQ X8, X0")
-	g.p("PXOR X0, X1")             // Y
+	g.p("PXOR X0, X1") // Y
 	g.p("MOVOA X1, X4")
 	g.p("PCLMULQDQ $0x01, X2, X4") // Yhi·(x^64 mod P)
 	g.p("MOVQ X1, X0")
-	g.p("PXOR X0, X4")             // Z
+	g.p("PXOR X0, X4") // Z
 	g.p("MOVOA X4, X5")
 	g.p("PCLMULQDQ $0x10, X2, X5") // Z·μ'
 	g.p("PSRLDQ $8, X5")
-	g.p("PXOR X4, X5")             // q
+	g.p("PXOR X4, X5") // q
 	g.p("PCLMULQDQ $0x00, X3, X5")
 	g.p("MOVOA X5, X8")
 }
