@@ -401,7 +401,7 @@ func (s *Stream) data(dst, src []byte) {
 // or a Stream on the stack would escape.
 func (s *Stream) finishIn(meta []byte) {
 	p := &s.p
-	if p.inGuard {
+	if p.inGuard && p.in.prefix > 0 {
 		s.inG.update(meta[:p.in.prefix])
 	}
 	s.checkTuple(s.inBlk, s.inG.value(), meta[p.in.piOff:])
@@ -450,19 +450,23 @@ func (s *Stream) checkTuple(blk, guard uint64, t []byte) {
 func (s *Stream) buildOut(meta, inMeta []byte) {
 	p := &s.p
 	o := &p.out
-	if p.copyMeta {
-		copy(meta[:o.piOff], inMeta[:o.piOff])
-		copy(meta[o.piOff+o.tuple:], inMeta[o.piOff+o.tuple:])
-	} else {
-		clear(meta[:o.piOff])
-		clear(meta[o.piOff+o.tuple:])
+	if o.meta > o.tuple {
+		if p.copyMeta {
+			copy(meta[:o.piOff], inMeta[:o.piOff])
+			copy(meta[o.piOff+o.tuple:], inMeta[o.piOff+o.tuple:])
+		} else {
+			clear(meta[:o.piOff])
+			clear(meta[o.piOff+o.tuple:])
+		}
 	}
 	var g uint64
 	switch {
 	case p.shareGuard:
 		g = s.lastInG
 	case p.outGuard:
-		s.outG.update(meta[:o.prefix])
+		if o.prefix > 0 {
+			s.outG.update(meta[:o.prefix])
+		}
 		g = s.outG.value()
 	}
 	f := tupleFields{guard: g, app: o.appTag, ref: o.expectedRef(s.outBlk)}

@@ -1,0 +1,431 @@
+package t10dif
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"testing"
+)
+
+// pieces yields successive piece sizes (each at least 1).
+type pieces func() int
+
+func fixedPieces(n int) pieces { return func() int { return n } }
+
+func randPieces(rng *rand.Rand, max int) pieces {
+	return func() int {
+		switch rng.IntN(8) {
+		case 0:
+			return 1
+		case 1:
+			return 1 + rng.IntN(16)
+		case 2:
+			return max + rng.IntN(max+1) // large
+		}
+		return 1 + rng.IntN(max)
+	}
+}
+
+// cutPieces yields the pieces between the cut positions, then rest for
+// everything after the last cut.
+func cutPieces(cuts []int, rest pieces) pieces {
+	prev, i := 0, 0
+	return func() int {
+		for i < len(cuts) {
+			c := cuts[i]
+			i++
+			if c > prev {
+				n := c - prev
+				prev = c
+				return n
+			}
+		}
+		return rest()
+	}
+}
+
+// fieldCuts returns every field boundary of the first two blocks of a
+// domain's main buffer, and the byte after each (1-byte pieces there): data
+// start and middle, data/metadata edge, metadata before the tuple, guard,
+// app tag, ref tag, metadata after the tuple.
+func fieldCuts(d Domain, plainInterval int) []int {
+	var cuts []int
+	add := func(v ...int) { cuts = append(cuts, v...) }
+	if !d.HasPI() {
+		iv := plainInterval
+		for b := range 2 {
+			base := b * iv
+			add(base+1, base+iv/2, base+iv-1, base+iv)
+		}
+		return cuts
+	}
+	s := mkSide(d)
+	for b := range 2 {
+		base := b * s.unit()
+		add(base+1, base+2, base+s.interval/2, base+s.interval-1, base+s.interval)
+		if s.separate {
+			continue
+		}
+		m := base + s.interval
+		t := m + s.piOff
+		add(m+1, t-1, t, t+1, t+s.gl-1, t+s.gl, t+s.gl+1, t+s.gl+2, t+s.gl+3, t+s.tuple-1, t+s.tuple,
+			m+s.meta-1, m+s.meta)
+	}
+	slices.Sort(cuts)
+	return slices.Compact(cuts)
+}
+
+// streamPieces runs c through a Stream, offering the input and the output
+// in pieces. It returns the bytes written and Close's error (or the first
+// error of Process).
+func streamPieces(t *testing.T, c *Config, dst, src Buf, in, out pieces) (int, error) {
+	t.Helper()
+	s, err := NewStream(c)
+	if err != nil {
+		return 0, err
+	}
+	s.SetMeta(src.Meta, dst.Meta)
+	ip, op := 0, 0
+	for iter := 0; ; iter++ {
+		a := min(in(), len(src.Data)-ip)
+		b := min(out(), len(dst.Data)-op)
+		var d []byte
+		if !c.Discard {
+			d = dst.Data[op : op+b]
+		}
+		nd, ns, err := s.Process(d, src.Data[ip:ip+a])
+		if nd < 0 || nd > len(d) || ns < 0 || ns > a {
+			t.Fatalf("Process(%d, %d) = %d, %d", len(d), a, nd, ns)
+		}
+		ip, op = ip+ns, op+nd
+		if err != nil {
+			return op, err
+		}
+		if nd == 0 && ns == 0 {
+			if ip == len(src.Data) {
+				break
+			}
+			if a > 0 && (b > 0 || c.Discard) {
+				t.Fatalf("%s: stream stuck at input %d/%d output %d/%d offered %d/%d",
+					describe(c, len(src.Data)), ip, len(src.Data), op, len(dst.Data), a, b)
+			}
+			if a > 0 && op == len(dst.Data) {
+				// The output is full and input is left: the caller stops.
+				break
+			}
+		}
+		if iter > 10*(len(src.Data)+len(dst.Data))+100 {
+			t.Fatalf("stream does not finish")
+		}
+	}
+	return op, s.Close()
+}
+
+// streamVsApply checks that the stream in the given pieces produces exactly
+// what Apply produces.
+func streamVsApply(t *testing.T, c *Config, src Buf, in, out pieces, what string) {
+	t.Helper()
+	want := modelApply(c, src)
+	ad := outBufs(want)
+	an, aerr := Apply(c, ad, src)
+	sd := outBufs(want)
+	sn, serr := streamPieces(t, c, sd, src, in, out)
+	if msg := sameErr(serr, want.err); msg != "" {
+		t.Fatalf("%s: %s: stream: %s (apply: %v)", what, describe(c, len(src.Data)), msg, aerr)
+	}
+	if msg := compareOut(want, sd, sn); msg != "" {
+		t.Fatalf("%s: %s: stream: %s", what, describe(c, len(src.Data)), msg)
+	}
+	if msg := sameErr(aerr, want.err); msg != "" {
+		t.Fatalf("%s: %s: apply: %s", what, describe(c, len(src.Data)), msg)
+	}
+	if an != sn || !bytes.Equal(ad.Data, sd.Data) || !bytes.Equal(ad.Meta, sd.Meta) {
+		t.Fatalf("%s: %s: stream output differs from Apply", what, describe(c, len(src.Data)))
+	}
+}
+
+func TestStreamSplitsMatchApply(t *testing.T) {
+	rng := rand.New(rand.NewPCG(31, 41))
+	ch := rngChooser{rng}
+	iters, maxData := 600, 2*4160
+	if testing.Short() {
+		iters, maxData = 150, 4096
+	}
+	for i := range iters {
+		c, n := genConfig(ch, maxData)
+		src := genInput(ch, &c, n)
+		plain := 512
+		if c.In.HasPI() {
+			plain = c.In.Interval
+		} else if c.Out.HasPI() {
+			plain = c.Out.Interval
+		}
+		inCuts := fieldCuts(c.In, plain)
+		outCuts := fieldCuts(c.Out, plain)
+		what := fmt.Sprintf("case %d", i)
+		switch i % 6 {
+		case 0: // 1-byte pieces on both sides
+			streamVsApply(t, &c, src, fixedPieces(1), fixedPieces(1), what+" 1/1")
+		case 1: // field boundaries on both sides, then random
+			streamVsApply(t, &c, src, cutPieces(inCuts, randPieces(rng, 600)), cutPieces(outCuts, randPieces(rng, 600)), what+" cuts")
+		case 2: // field boundaries in, 1-byte out
+			streamVsApply(t, &c, src, cutPieces(inCuts, fixedPieces(1<<20)), fixedPieces(1), what+" cuts/1")
+		case 3: // everything in, field boundaries out
+			streamVsApply(t, &c, src, fixedPieces(1<<30), cutPieces(outCuts, fixedPieces(3)), what+" all/cuts")
+		case 4: // random
+			streamVsApply(t, &c, src, randPieces(rng, 50), randPieces(rng, 5000), what+" rand")
+		case 5: // odd fixed sizes
+			streamVsApply(t, &c, src, fixedPieces(pick(ch, 7, 13, 509, 521, 4099)), fixedPieces(pick(ch, 3, 11, 520, 4097)), what+" odd")
+		}
+	}
+}
+
+// Every single cut position of the first two blocks, input side and output
+// side, for a few geometries that exercise each field.
+func TestStreamEveryCut(t *testing.T) {
+	cfgs := []Config{}
+	for _, f := range []Format{FormatPI8, FormatPI16} {
+		for _, first := range []bool{false, true} {
+			d := Domain{Format: f, Type: Type1, Interval: 64, MetaSize: f.TupleSize() + 5, PIFirst: first,
+				RefTag: 0xFFFFFFFF, AppTag: 0x1234, AppTagMask: 0xFFFF, Seed: 0xCD}
+			o := d
+			o.AppTag, o.RefTag = 0x4321, 1
+			ip := d
+			if f == FormatPI8 {
+				ip.Guard = GuardIPChecksum
+			}
+			cfgs = append(cfgs,
+				Config{Out: d},
+				Config{In: d, Check: CheckAll, Discard: true},
+				Config{In: d, Check: CheckAll},
+				Config{In: d, Out: d, Check: CheckAll, Copy: CheckAll},
+				Config{In: d, Out: o, Check: CheckAll, Copy: CheckGuard},
+				Config{In: d, Out: ip, Check: CheckAll},
+			)
+		}
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	ch := rngChooser{rng}
+	for k, c := range cfgs {
+		n := 3 * 64
+		src := genInput(ch, &c, n)
+		if k%2 == 0 && c.In.HasPI() { // a bad app tag in block 1 for half of them
+			s := mkSide(c.In)
+			src.Data[s.unit()+64+s.piOff+s.gl] ^= 0x40
+		}
+		inLen := len(src.Data)
+		outLen := len(modelApply(&c, src).data)
+		for cut := 1; cut < min(inLen, 2*(64+32)); cut++ {
+			streamVsApply(t, &c, src, cutPieces([]int{cut}, fixedPieces(1<<20)), fixedPieces(1<<20), fmt.Sprintf("cfg %d in cut %d", k, cut))
+		}
+		for cut := 1; cut < min(outLen, 2*(64+32)); cut++ {
+			streamVsApply(t, &c, src, fixedPieces(1<<20), cutPieces([]int{cut}, fixedPieces(1<<20)), fmt.Sprintf("cfg %d out cut %d", k, cut))
+		}
+	}
+}
+
+// DIX metadata is given whole; data in pieces.
+func TestStreamDIX(t *testing.T) {
+	for _, f := range []Format{FormatPI8, FormatPI16} {
+		d := Domain{Format: f, Type: Type1, Interval: 512, MetaSize: 32, Separate: true, RefTag: 1, AppTag: 9, AppTagMask: 0xFFFF}
+		data := spdkData(4 * 512)
+		buf := mustGenerate(t, d, data)
+		buf.Meta[2*32+31] ^= 1 // ref of block 2 (PI last)
+		dif := d
+		dif.Separate = false
+		for _, c := range []Config{
+			{In: d, Check: CheckAll, Discard: true},
+			{In: d, Check: CheckAll},
+			{In: d, Out: d, Check: CheckAll, Copy: CheckAll},
+			{In: d, Out: dif, Check: CheckAll, Copy: CheckAll}, // DIX -> DIF
+		} {
+			for _, p := range []int{1, 100, 511, 512, 513, 4096} {
+				streamVsApply(t, &c, buf, fixedPieces(p), fixedPieces(p+1), fmt.Sprintf("%v dix piece %d", f, p))
+			}
+		}
+	}
+}
+
+func TestStreamCloseErrors(t *testing.T) {
+	d := Domain{Format: FormatPI8, Type: Type1, Interval: 512, RefTag: 1, AppTagMask: 0xFFFF}
+	data := spdkData(1024)
+	prot := mustGenerate(t, d, data)
+	isParam := func(t *testing.T, err, want error) {
+		t.Helper()
+		if !errors.Is(err, want) || !errors.Is(err, ErrParam) {
+			t.Fatalf("error %v, want %v", err, want)
+		}
+	}
+	newS := func(c Config) *Stream {
+		s, err := NewStream(&c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	t.Run("empty", func(t *testing.T) {
+		for _, c := range []Config{{Out: d}, {In: d, Check: CheckAll, Discard: true}, {}} {
+			if err := newS(c).Close(); err != nil {
+				t.Errorf("%s: Close of an empty stream: %v", describe(&c, 0), err)
+			}
+		}
+	})
+	t.Run("verify mid data", func(t *testing.T) {
+		s := newS(Config{In: d, Check: CheckAll, Discard: true})
+		if _, n, err := s.Process(nil, prot.Data[:100]); err != nil || n != 100 {
+			t.Fatal(n, err)
+		}
+		isParam(t, s.Close(), ErrPartialBlock)
+	})
+	t.Run("verify mid tuple", func(t *testing.T) {
+		s := newS(Config{In: d, Check: CheckAll, Discard: true})
+		if _, n, err := s.Process(nil, prot.Data[:520+515]); err != nil || n != 1035 {
+			t.Fatal(n, err)
+		}
+		isParam(t, s.Close(), ErrPartialBlock)
+	})
+	t.Run("verify whole blocks", func(t *testing.T) {
+		s := newS(Config{In: d, Check: CheckAll, Discard: true})
+		if _, n, err := s.Process(nil, prot.Data[:520]); err != nil || n != 520 {
+			t.Fatal(n, err)
+		}
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+	})
+	t.Run("generate mid block", func(t *testing.T) {
+		s := newS(Config{Out: d})
+		out := make([]byte, 1040)
+		if nd, ns, err := s.Process(out, data[:600]); err != nil || ns != 600 || nd != 600+8 {
+			t.Fatal(nd, ns, err)
+		}
+		isParam(t, s.Close(), ErrPartialBlock)
+	})
+	t.Run("generate tuple pending", func(t *testing.T) {
+		s := newS(Config{Out: d})
+		out := make([]byte, 515)
+		if nd, ns, err := s.Process(out, data[:512]); err != nil || ns != 512 || nd != 515 {
+			t.Fatal(nd, ns, err)
+		}
+		isParam(t, s.Close(), ErrShortBuffer)
+		// Giving the rest of the output space finishes it.
+		rest := make([]byte, 5)
+		if nd, ns, err := s.Process(rest, nil); err != nil || nd != 5 || ns != 0 {
+			t.Fatal(nd, ns, err)
+		}
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+		want := mustGenerate(t, d, data[:512]).Data
+		if got := append(out, rest...); !bytes.Equal(got, want) {
+			t.Fatalf("resumed generate % x, want % x", got[512:], want[512:])
+		}
+	})
+	t.Run("strip output full", func(t *testing.T) {
+		s := newS(Config{In: d, Check: CheckAll})
+		out := make([]byte, 100)
+		if nd, ns, err := s.Process(out, prot.Data); err != nil || nd != 100 || ns != 100 {
+			t.Fatal(nd, ns, err)
+		}
+		isParam(t, s.Close(), ErrPartialBlock)
+	})
+	t.Run("pi error", func(t *testing.T) {
+		bad := cloneBuf(prot)
+		bad.Data[520+512+3] ^= 1 // app tag of block 1
+		s := newS(Config{In: d, Check: CheckAll, Discard: true})
+		if _, n, err := s.Process(nil, bad.Data[:520]); err != nil || n != 520 {
+			t.Fatal(n, err)
+		}
+		if s.FirstError() != nil {
+			t.Fatal("error before the bad block")
+		}
+		if _, n, err := s.Process(nil, bad.Data[520:]); err != nil || n != 520 {
+			t.Fatal(n, err)
+		}
+		want := &Error{Type: ErrorAppTag, Block: 1, Offset: 512, ProtectedOffset: 520, Expected: 0, Actual: 1}
+		if fe := s.FirstError(); fe == nil || *fe != *want {
+			t.Fatalf("FirstError = %+v", fe)
+		}
+		if msg := sameErr(s.Close(), want); msg != "" {
+			t.Fatal(msg)
+		}
+		// FirstError returns a copy.
+		s.FirstError().Block = 99
+		if s.FirstError().Block != 1 {
+			t.Fatal("FirstError shares its record")
+		}
+		// Reset forgets it; the same input gives the same error again.
+		s.Reset()
+		if s.FirstError() != nil || s.Close() != nil {
+			t.Fatal("Reset kept the error")
+		}
+		if _, _, err := s.Process(nil, bad.Data); err != nil {
+			t.Fatal(err)
+		}
+		if msg := sameErr(s.Close(), want); msg != "" {
+			t.Fatal(msg)
+		}
+	})
+	t.Run("dix meta short", func(t *testing.T) {
+		dix := d
+		dix.Separate = true
+		buf := mustGenerate(t, dix, data)
+		s := newS(Config{In: dix, Check: CheckAll, Discard: true})
+		s.SetMeta(buf.Meta[:12], nil) // one block and a half
+		_, n, err := s.Process(nil, buf.Data)
+		isParam(t, err, ErrShortBuffer)
+		if n < 512 || n > 1024 {
+			t.Fatalf("consumed %d", n)
+		}
+		s2 := newS(Config{Out: dix})
+		s2.SetMeta(nil, make([]byte, 7))
+		_, _, err = s2.Process(make([]byte, 1024), data)
+		isParam(t, err, ErrShortBuffer)
+	})
+	t.Run("reset keeps meta", func(t *testing.T) {
+		dix := d
+		dix.Separate = true
+		buf := mustGenerate(t, dix, data)
+		s := newS(Config{In: dix, Check: CheckAll, Discard: true})
+		s.SetMeta(buf.Meta, nil)
+		for range 2 {
+			if _, n, err := s.Process(nil, buf.Data); err != nil || n != 1024 {
+				t.Fatal(n, err)
+			}
+			if err := s.Close(); err != nil {
+				t.Fatal(err)
+			}
+			s.Reset()
+		}
+	})
+	t.Run("reblock input ends inside an output block", func(t *testing.T) {
+		big := Domain{Format: FormatPI16, Type: Type1, Interval: 4096}
+		s := newS(Config{In: d, Out: big, Check: CheckAll})
+		out := make([]byte, 4096+16)
+		if _, ns, err := s.Process(out, prot.Data); err != nil || ns != len(prot.Data) {
+			t.Fatal(ns, err)
+		}
+		isParam(t, s.Close(), ErrPartialBlock)
+	})
+}
+
+// Process with nothing to do makes no progress and no error.
+func TestStreamNoProgress(t *testing.T) {
+	d := Domain{Format: FormatPI16, Type: Type1, Interval: 512}
+	for _, c := range []Config{{Out: d}, {In: d, Check: CheckAll}, {}, {In: d, Discard: true}} {
+		s, err := NewStream(&c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if nd, ns, err := s.Process(nil, nil); nd != 0 || ns != 0 || err != nil {
+			t.Errorf("%s: Process(nil, nil) = %d, %d, %v", describe(&c, 0), nd, ns, err)
+		}
+		if !c.Discard {
+			if nd, ns, err := s.Process(nil, make([]byte, 10)); nd != 0 || ns != 0 || err != nil {
+				t.Errorf("%s: Process(nil, 10) = %d, %d, %v", describe(&c, 0), nd, ns, err)
+			}
+		}
+	}
+}
