@@ -31,20 +31,21 @@ func (g *gen) label(l string) { fmt.Fprintf(&g.b, "%s:\n", l) }
 
 // Offsets in foldKeys (fold_amd64.go).
 const (
-	offShuf  = 0
-	offK2048 = 64
-	offK1536 = 80
-	offK1024 = 96
-	offK896  = 112
-	offK768  = 128
-	offK640  = 144
-	offK512  = 160
-	offK384  = 176
-	offK256  = 192
-	offK128  = 208
-	offLanes = 224
-	offBarr  = 288
-	offPoly  = 304
+	offShuf   = 0
+	offK2048  = 64
+	offK1536  = 80
+	offK1024  = 96
+	offK896   = 112
+	offK768   = 128
+	offK640   = 144
+	offK512   = 160
+	offK384   = 176
+	offK256   = 192
+	offK128   = 208
+	offLanes  = 224
+	offBarr   = 288
+	offPoly   = 304
+	offLane16 = 320 // four ZMMs of per-lane constants for x^1920 ... x^128, 0
 )
 
 // load512 loads 64 bytes at off(SI) into z, storing them to off(DI) first
@@ -127,8 +128,26 @@ func (g *gen) avx512(name string) {
 	g.advance(256)
 	g.p("JMP %s", L("loop256"))
 
-	// Z3 += Z0·x^1536 + Z1·x^1024 + Z2·x^512.
+	// With fewer than 64 bytes left, fold all sixteen lanes straight onto
+	// the last one: lane j of the four accumulators by x^(128·(15-j)).
 	g.label(L("reduce4"))
+	g.p("CMPQ CX, $64")
+	g.p("JAE %s", L("reduce4wide"))
+	for i := range 4 {
+		g.p("VMOVDQU64 %d(AX), Z%d", offLane16+64*i, 24+i)
+	}
+	for i := range 4 {
+		g.p("VPCLMULQDQ $0x00, Z%d, Z%d, Z%d", 24+i, i, 8+2*i)
+		g.p("VPCLMULQDQ $0x11, Z%d, Z%d, Z%d", 24+i, i, 9+2*i)
+	}
+	g.p("VPTERNLOGQ $0x96, Z8, Z9, Z10")
+	g.p("VPTERNLOGQ $0x96, Z11, Z12, Z13")
+	g.p("VPTERNLOGQ $0x96, Z14, Z15, Z10")
+	g.p("VPXORQ Z13, Z10, Z8")
+	g.p("JMP %s", L("hsum"))
+
+	// Otherwise Z3 += Z0·x^1536 + Z1·x^1024 + Z2·x^512, then 64-byte folds.
+	g.label(L("reduce4wide"))
 	g.p("VBROADCASTI32X4 %d(AX), Z28", offK1536)
 	g.p("VBROADCASTI32X4 %d(AX), Z27", offK1024)
 	g.p("VBROADCASTI32X4 %d(AX), Z26", offK512)
@@ -136,9 +155,9 @@ func (g *gen) avx512(name string) {
 		g.p("VPCLMULQDQ $0x00, %s, Z%d, Z%d", k, i, 8+2*i)
 		g.p("VPCLMULQDQ $0x11, %s, Z%d, Z%d", k, i, 9+2*i)
 	}
-	g.p("VPTERNLOGQ $0x96, Z8, Z9, Z3")
-	g.p("VPTERNLOGQ $0x96, Z10, Z11, Z3")
-	g.p("VPTERNLOGQ $0x96, Z12, Z13, Z3")
+	g.p("VPTERNLOGQ $0x96, Z8, Z9, Z10")
+	g.p("VPTERNLOGQ $0x96, Z11, Z12, Z13")
+	g.p("VPTERNLOGQ $0x96, Z10, Z13, Z3")
 	g.p("VMOVDQA64 Z3, Z0")
 	g.p("JMP %s", L("loop64"))
 
@@ -162,12 +181,15 @@ func (g *gen) avx512(name string) {
 	g.p("VPCLMULQDQ $0x00, Z25, Z0, Z8")
 	g.p("VPCLMULQDQ $0x11, Z25, Z0, Z9")
 	g.p("VPXORQ Z8, Z9, Z8")
+	g.p("VMOVDQA64 Z0, Z3")
+	// Z8 holds folded lanes, lane 3 of Z3 the unfolded last chunk.
+	g.label(L("hsum"))
 	g.p("VEXTRACTI64X4 $1, Z8, Y9")
 	g.p("VPXORQ Y9, Y8, Y8")
 	g.p("VEXTRACTI32X4 $1, Y8, X9")
-	g.p("VPXORQ X9, X8, X8")
-	g.p("VEXTRACTI32X4 $3, Z0, X9")
-	g.p("VPXORQ X9, X8, X0")
+	g.p("VEXTRACTI32X4 $3, Z3, X10")
+	g.p("VPTERNLOGQ $0x96, X9, X10, X8")
+	g.p("VMOVDQA64 X8, X0")
 
 	// Remaining 16-byte chunks.
 	g.p("VMOVDQU64 %d(AX), X24", offK128)
@@ -194,20 +216,24 @@ func (g *gen) avx512(name string) {
 }
 
 // barrettAVX reduces the non-reflected accumulator X0 = H·x^64 + L to the
-// CRC register X0·x^w mod P, left in the low bits of X0 (fold_amd64.go).
+// CRC register X0·x^w mod P, left in the low w bits of X0: S = H·(x^(64+w)
+// mod P) + L·x^w has degree < 64+w and the same remainder; with S1 =
+// floor(S/x^w), S0 = S mod x^w and μ = floor(x^(64+w)/P),
+// q = S1 + floor(S1·(μ - x^64)/x^64) is floor(S1·x^w/P) and the CRC is
+// S0 + (q·(P - x^w) mod x^w). w = 16, so shifts by 2 bytes.
 func (g *gen) barrettAVX() {
-	g.p("VMOVDQU64 %d(AX), X23", offBarr) // {x^64 mod P, μ'}
+	g.p("VMOVDQU64 %d(AX), X23", offBarr) // {x^(64+w) mod P, μ - x^64}
 	g.p("VMOVDQU64 %d(AX), X22", offPoly) // {P - x^w, 0}
-	g.p("VPCLMULQDQ $0x01, X23, X0, X1")  // H·(x^64 mod P)
+	g.p("VPCLMULQDQ $0x01, X23, X0, X1")  // H·(x^80 mod P)
 	g.p("VMOVQ X0, X2")
-	g.p("VPXORQ X2, X1, X1")             // Y = H·(x^64 mod P) + L
-	g.p("VPCLMULQDQ $0x01, X23, X1, X3") // Yhi·(x^64 mod P)
-	g.p("VMOVQ X1, X2")
-	g.p("VPXORQ X2, X3, X3")             // Z, 64 bits
-	g.p("VPCLMULQDQ $0x10, X23, X3, X4") // Z·μ'
+	g.p("VPSLLDQ $2, X2, X2")            // L·x^16
+	g.p("VPXORQ X2, X1, X1")             // S
+	g.p("VPSRLDQ $2, X1, X3")            // S1
+	g.p("VPCLMULQDQ $0x10, X23, X3, X4") // S1·μ'
 	g.p("VPSRLDQ $8, X4, X4")
-	g.p("VPXORQ X3, X4, X4")             // q = Z + floor(Z·μ'/x^64)
-	g.p("VPCLMULQDQ $0x00, X22, X4, X0") // q·(P - x^w) mod x^w is the CRC
+	g.p("VPXORQ X3, X4, X4")             // q
+	g.p("VPCLMULQDQ $0x00, X22, X4, X5") // q·(P - x^w)
+	g.p("VPXORQ X5, X1, X0")             // low 16 bits: the CRC
 }
 
 // barrettSSE is barrettAVX in legacy SSE encodings, on X8.
@@ -215,18 +241,18 @@ func (g *gen) barrettSSE() {
 	g.p("MOVOU %d(AX), X2", offBarr)
 	g.p("MOVOU %d(AX), X3", offPoly)
 	g.p("MOVOA X8, X1")
-	g.p("PCLMULQDQ $0x01, X2, X1") // H·(x^64 mod P)
+	g.p("PCLMULQDQ $0x01, X2, X1") // H·(x^80 mod P)
 	g.p("MOVQ X8, X0")
-	g.p("PXOR X0, X1") // Y
+	g.p("PSLLDQ $2, X0")
+	g.p("PXOR X0, X1") // S
 	g.p("MOVOA X1, X4")
-	g.p("PCLMULQDQ $0x01, X2, X4") // Yhi·(x^64 mod P)
-	g.p("MOVQ X1, X0")
-	g.p("PXOR X0, X4") // Z
+	g.p("PSRLDQ $2, X4") // S1
 	g.p("MOVOA X4, X5")
-	g.p("PCLMULQDQ $0x10, X2, X5") // Z·μ'
+	g.p("PCLMULQDQ $0x10, X2, X5") // S1·μ'
 	g.p("PSRLDQ $8, X5")
-	g.p("PXOR X4, X5") // q
-	g.p("PCLMULQDQ $0x00, X3, X5")
+	g.p("PXOR X4, X5")             // q
+	g.p("PCLMULQDQ $0x00, X3, X5") // q·(P - x^w)
+	g.p("PXOR X1, X5")
 	g.p("MOVOA X5, X8")
 }
 

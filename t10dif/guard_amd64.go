@@ -24,7 +24,7 @@ import (
 // non-reflected kernels instead finish with a Barrett reduction (exact for
 // polynomials): for Z of degree < 64, with μ = floor(x^(64+w)/P),
 // q = floor(Z·μ/x^64) = Z + floor(Z·(μ-x^64)/x^64) and the CRC of Z·x^w
-// is the low w bits of q·(P - x^w).
+// is the low w bits of q·(P - x^w) (asm_gen.go has the details).
 //
 // Non-reflected CRCs (CRC-16/T10-DIF) reverse the bytes of each chunk so
 // that bit i of the register is the coefficient of x^i; a constant for a
@@ -53,9 +53,12 @@ type foldKeys struct {
 	k128  [2]uint64
 	lanes [4][2]uint64 // x^384, x^256, x^128 and zero, for the four lanes of a ZMM
 	// Barrett reduction of a non-reflected accumulator to the CRC:
-	// {x^64 mod P, floor(x^(64+w)/P) - x^64} and {P - x^w, 0}.
+	// {x^(64+w) mod P, floor(x^(64+w)/P) - x^64} and {P - x^w, 0}.
 	barrett [2]uint64
 	poly    [2]uint64
+	// lane16[r][l] folds lane l of accumulator r of the 256-byte loop onto
+	// the last lane: x^(128·(15-4r-l)), zero for the last lane itself.
+	lane16 [4][4][2]uint64
 }
 
 // xPowMod returns x^k mod P for a polynomial of degree deg whose low
@@ -105,8 +108,15 @@ func makeKeys(nr bool, deg int, poly uint64) *foldKeys {
 	k.k768, k.k640, k.k512, k.k384 = pair(768), pair(640), pair(512), pair(384)
 	k.k256, k.k128 = pair(256), pair(128)
 	k.lanes = [4][2]uint64{k.k384, k.k256, k.k128, {}}
+	for r := range 4 {
+		for l := range 4 {
+			if d := 128 * (15 - 4*r - l); d > 0 {
+				k.lane16[r][l] = pair(d)
+			}
+		}
+	}
 	if nr {
-		k.barrett = [2]uint64{xPowMod(64, deg, poly), barrettMu(deg, poly)}
+		k.barrett = [2]uint64{xPowMod(64+deg, deg, poly), barrettMu(deg, poly)}
 		k.poly = [2]uint64{poly, 0}
 	}
 	for i := range k.shuf {

@@ -29,6 +29,7 @@ func TestFoldKeysLayout(t *testing.T) {
 		{"lanes", unsafe.Offsetof(k.lanes), 224},
 		{"barrett", unsafe.Offsetof(k.barrett), 288},
 		{"poly", unsafe.Offsetof(k.poly), 304},
+		{"lane16", unsafe.Offsetof(k.lane16), 320},
 	} {
 		if c.got != c.want {
 			t.Errorf("foldKeys.%s at offset %d, asm_gen.go uses %d", c.name, c.got, c.want)
