@@ -31,14 +31,10 @@ vet:
 	GOARCH=386 $(GO) vet $(PKGS)
 	GOARCH=arm64 $(GO) vet $(PKGS)
 
-# Every Fuzz target of every package, FUZZTIME each.
+# Every Fuzz target of every package, FUZZTIME each (a duration, or a count
+# such as 20000x); see scripts/fuzz.sh.
 fuzz:
-	@set -e; for pkg in $$($(GO) list $(PKGS)); do \
-	  for f in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz' || true); do \
-	    echo "== $$pkg $$f ($(FUZZTIME))"; \
-	    $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg; \
-	  done; \
-	done
+	./scripts/fuzz.sh $(FUZZTIME)
 
 # Benchmarks, COUNT runs each, in a form benchstat reads.
 bench:
