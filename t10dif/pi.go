@@ -43,6 +43,7 @@ func (f Format) RefTagMax() uint64 {
 	return 0
 }
 
+// String returns the format's name as the vectors spell it: none, pi8, pi16.
 func (f Format) String() string {
 	switch f {
 	case FormatNone:
@@ -68,6 +69,7 @@ const (
 	numGuards
 )
 
+// String returns the guard's name as the vectors spell it: crc16, ipcsum, crc64.
 func (g GuardType) String() string {
 	switch g {
 	case GuardDefault:
@@ -107,6 +109,7 @@ const (
 	numEscapes
 )
 
+// String returns the escape's name as the vectors spell it: none, app, app_ref.
 func (e Escape) String() string {
 	switch e {
 	case EscapeDefault:
@@ -245,6 +248,7 @@ const (
 	ErrorAppTag                      // the application tag is not the expected one
 )
 
+// String returns the type's name as the vectors spell it: guard, reftag, apptag.
 func (t ErrorType) String() string {
 	switch t {
 	case ErrorGuard:
@@ -281,6 +285,7 @@ type Error struct {
 	Actual uint64
 }
 
+// Error describes the mismatch.
 func (e *Error) Error() string {
 	return fmt.Sprintf("t10dif: %s check failed at block %d (offset %d): expected %#x, actual %#x",
 		e.Type, e.Block, e.Offset, e.Expected, e.Actual)
