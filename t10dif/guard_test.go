@@ -41,18 +41,9 @@ func refCRC64NVMe(crc uint64, p []byte) uint64 {
 	return ^crc
 }
 
-func refIPChecksum(p []byte) uint16 {
-	var sum uint32
-	for i := 0; i < len(p); i += 2 {
-		w := uint32(p[i]) << 8
-		if i+1 < len(p) {
-			w |= uint32(p[i+1])
-		}
-		sum += w
-		sum = sum&0xFFFF + sum>>16
-	}
-	return ^uint16(sum)
-}
+// refIPChecksum is the word-by-word IP checksum (modelIPChecksum in
+// pi_test.go, with no initial sum).
+func refIPChecksum(p []byte) uint16 { return modelIPChecksum(0, p) }
 
 func TestGoldenGuards(t *testing.T) {
 	check := []byte("123456789")
