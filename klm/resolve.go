@@ -1,0 +1,189 @@
+package klm
+
+import (
+	"encoding/binary"
+	"sort"
+)
+
+// maxDepth bounds the recursion whatever the capabilities say.
+const maxDepth = 16
+
+// Request is one access to resolve.
+type Request struct {
+	// Key is the lkey or rkey used.
+	Key Key
+	// PD is the protection domain of the QP making the access (for a
+	// remote access, the responder QP's).
+	PD uint32
+	// Addr and Len are the range accessed, in the key's address space.
+	Addr, Len uint64
+	// Access is what the operation needs: LocalRead for a gather,
+	// LocalWrite for a scatter, RemoteRead / RemoteWrite / Atomic for the
+	// rkey of a remote operation.
+	Access Access
+}
+
+// Resolve appends to segs the slices of host memory that [r.Addr,
+// r.Addr+r.Len) of r.Key maps to, in order, and returns the extended
+// slice. It checks every key on the way: index, variant, state, PD,
+// permissions and range; an indirect key's entries are resolved through
+// their own keys, with the local form of the permissions (the outer key
+// already authorised the remote access) and the same PD, up to the
+// capability's depth. On a fault it returns segs unchanged and a *Fault.
+// A zero-length access still checks the key. It does not allocate when segs
+// has room.
+func (t *Table) Resolve(segs [][]byte, r Request) ([][]byte, error) {
+	var chain [maxDepth]uint32
+	start := len(segs)
+	segs, f := t.resolve(segs, r.Key, r.PD, r.Addr, r.Len, r.Access, 0, &chain)
+	if f != nil {
+		return segs[:start], f
+	}
+	return segs, nil
+}
+
+func (t *Table) fault(kind FaultKind, key Key, depth int, addr, n uint64, need Access) *Fault {
+	return &Fault{Kind: kind, Key: key, Depth: depth, Addr: addr, Len: n, Need: need}
+}
+
+func (t *Table) resolve(segs [][]byte, key Key, pd uint32, addr, n uint64, need Access, depth int, chain *[maxDepth]uint32) ([][]byte, *Fault) {
+	idx := key.Index()
+	m := t.Lookup(idx)
+	switch {
+	case m == nil:
+		return segs, t.fault(FaultBadIndex, key, depth, addr, n, need)
+	case m.Free:
+		return segs, t.fault(FaultFree, key, depth, addr, n, need)
+	case key.Variant() != m.Variant:
+		return segs, t.fault(FaultVariant, key, depth, addr, n, need)
+	case !m.AnyPD && m.PD != pd:
+		return segs, t.fault(FaultPD, key, depth, addr, n, need)
+	case need&^m.Access != 0:
+		return segs, t.fault(FaultAccess, key, depth, addr, n, need)
+	case addr < m.StartAddr || addr+n < addr:
+		return segs, t.fault(FaultRange, key, depth, addr, n, need)
+	case !m.tr.ok:
+		return segs, t.fault(FaultTranslation, key, depth, addr, n, need)
+	}
+	off := addr - m.StartAddr
+	if !m.Length64 && (off > m.Len || n > m.Len-off) {
+		return segs, t.fault(FaultRange, key, depth, addr, n, need)
+	}
+	if n == 0 {
+		return segs, nil
+	}
+	switch m.Mode {
+	case ModePA:
+		out, err := t.mem.Segments(segs, addr, n)
+		if err != nil {
+			return segs, t.fault(FaultUnmapped, key, depth, addr, n, need)
+		}
+		return out, nil
+	case ModeMTT:
+		return t.resolveMTT(segs, m, key, addr, n, need, depth)
+	}
+	// Indirect modes.
+	if depth+1 > int(t.caps.MaxIndirection) || depth+1 >= maxDepth {
+		return segs, t.fault(FaultDepth, key, depth, addr, n, need)
+	}
+	for _, c := range chain[:depth] {
+		if c == idx {
+			return segs, t.fault(FaultCycle, key, depth, addr, n, need)
+		}
+	}
+	chain[depth] = idx
+	inner := need.Local()
+	if off+n > m.tr.mapped || off+n < off {
+		return segs, t.fault(FaultRange, key, depth, addr, n, need)
+	}
+	var f *Fault
+	switch {
+	case m.tr.rep != nil:
+		r := m.tr.rep
+		for n > 0 {
+			cyc, w := off/r.cycle, off%r.cycle
+			j := 0
+			for j+1 < len(r.ents) && r.ents[j+1].off <= w {
+				j++
+			}
+			e := &r.ents[j]
+			in := w - e.off
+			take := min(e.len-in, n)
+			if take > 0 {
+				if segs, f = t.resolve(segs, e.key, pd, e.va+cyc*e.stride+in, take, inner, depth+1, chain); f != nil {
+					return segs, f
+				}
+			}
+			off, n = off+take, n-take
+		}
+	case m.Mode == ModeKSM:
+		size := uint64(1) << m.LogPageSize
+		for n > 0 {
+			i, in := off>>m.LogPageSize, off&(size-1)
+			e := KSM(m.XLT[i*KSMSize:]).Fields()
+			take := min(size-in, n)
+			if segs, f = t.resolve(segs, e.Key, pd, e.VA+in, take, inner, depth+1, chain); f != nil {
+				return segs, f
+			}
+			off, n = off+take, n-take
+		}
+	default: // KLM list
+		es := m.tr.entries
+		i := sort.Search(len(es), func(i int) bool { return es[i].start+es[i].len > off })
+		for ; n > 0; i++ {
+			e := &es[i]
+			in := off - e.start
+			take := min(e.len-in, n)
+			if segs, f = t.resolve(segs, e.key, pd, e.va+in, take, inner, depth+1, chain); f != nil {
+				return segs, f
+			}
+			off, n = off+take, n-take
+		}
+	}
+	return segs, nil
+}
+
+// resolveMTT walks the page table, merging pages that are contiguous in
+// the address space into one memory lookup.
+func (t *Table) resolveMTT(segs [][]byte, m *Mkey, key Key, addr, n uint64, need Access, depth int) ([][]byte, *Fault) {
+	size := uint64(1) << m.LogPageSize
+	base := m.StartAddr &^ (size - 1)
+	rel := addr - base
+	wantRead := need&(LocalRead|RemoteRead) != 0
+	wantWrite := need&(LocalWrite|RemoteWrite|Atomic) != 0
+	var runIOVA, runLen uint64
+	start := len(segs)
+	flush := func() bool {
+		if runLen == 0 {
+			return true
+		}
+		var err error
+		segs, err = t.mem.Segments(segs, runIOVA, runLen)
+		return err == nil
+	}
+	for n > 0 {
+		i, in := rel>>m.LogPageSize, rel&(size-1)
+		if (i+1)*MTTSize > uint64(len(m.XLT)) {
+			return segs[:start], t.fault(FaultRange, key, depth, base+rel, n, need)
+		}
+		v := binary.BigEndian.Uint64(m.XLT[i*MTTSize:])
+		if (wantRead && v&MTTRead == 0) || (wantWrite && v&MTTWrite == 0) {
+			return segs[:start], t.fault(FaultAccess, key, depth, base+rel, n, need)
+		}
+		iova := v&^(size-1) + in
+		take := min(size-in, n)
+		if runLen != 0 && runIOVA+runLen == iova {
+			runLen += take
+		} else {
+			if !flush() {
+				return segs[:start], t.fault(FaultUnmapped, key, depth, addr, n, need)
+			}
+			runIOVA, runLen = iova, take
+		}
+		rel, n = rel+take, n-take
+	}
+	if !flush() {
+		return segs[:start], t.fault(FaultUnmapped, key, depth, addr, n, need)
+	}
+	return segs, nil
+}
