@@ -135,7 +135,7 @@ func TestMlx5dvHeader(t *testing.T) {
 		"rep.size": klm.RepeatCtrlSize, "rep.byte_count": 0, "rep.op": 4, "rep.repeat_count": 8, "rep.num_ent": 14,
 		"ent.size": klm.RepeatEntrySize, "ent.stride": 0, "ent.byte_count": 2, "ent.memkey": 4, "ent.va": 8,
 		"data.size": DataSegSize,
-		"mask.len": uint64(MaskLen), "mask.start_addr": uint64(MaskStartAddr), "mask.sig_err": uint64(MaskEnSigErr),
+		"mask.len":  uint64(MaskLen), "mask.start_addr": uint64(MaskStartAddr), "mask.sig_err": uint64(MaskEnSigErr),
 		"mask.bsf_enable": uint64(MaskBSFEnable), "mask.mkey": uint64(MaskKey), "mask.qpn": uint64(MaskQPN), "mask.free": uint64(MaskFree),
 		"flag.inline": FlagInline, "flag.check_free": FlagCheckNotFree, // rdma-core's CHECK_FREE is "fail if not free"
 	} {
