@@ -59,6 +59,9 @@ const ReservedLKey Key = 0x100
 // repeat-block marker 0x400 in a KLM list, so it is never a key.
 const FirstIndex = 8
 
+// MaxIndex is the largest index a key holds (24 bits).
+const MaxIndex = 1<<24 - 1
+
 // Access is a set of mkey permissions, in the mlx5 permission-byte
 // encoding (MLX5_PERM_*, the mkey context flags byte without its mode bits).
 type Access uint8

@@ -70,8 +70,17 @@ type Mkey struct {
 // building the next version of a key.
 func (m *Mkey) Clone() *Mkey {
 	c := *m
+	c.XLT = clone(m.XLT)
+	c.BSF = clone(m.BSF)
 	c.tr = translation{}
 	return &c
+}
+
+func clone(b []byte) []byte {
+	if b == nil {
+		return nil
+	}
+	return append([]byte(nil), b...)
 }
 
 // translation is the parsed form of an Mkey's XLT.
@@ -209,9 +218,7 @@ var reserved = &Mkey{
 
 // NewTable returns an empty table over mem with the given capabilities.
 func NewTable(c Caps, mem *Memory) *Table {
-	if c.MaxMkeys < FirstIndex+1 {
-		c.MaxMkeys = FirstIndex + 1
-	}
+	c.MaxMkeys = min(max(c.MaxMkeys, FirstIndex+1), MaxIndex+1)
 	return &Table{
 		caps:   c,
 		mem:    mem,
@@ -254,6 +261,7 @@ func (t *Table) slot(index uint32) *atomic.Pointer[Mkey] {
 // Create adds an mkey with context m at a free index and returns its key
 // (index and m.Variant). m must be valid for the table's capabilities.
 func (t *Table) Create(m Mkey) (Key, error) {
+	m.XLT, m.BSF = clone(m.XLT), clone(m.BSF) // the caller keeps its buffers
 	if err := m.parse(&t.caps); err != nil {
 		return 0, fmt.Errorf("create mkey: %w", err)
 	}
@@ -294,8 +302,8 @@ func (t *Table) Destroy(index uint32) error {
 }
 
 // Update replaces the mkey at index atomically: build receives the current
-// context and returns the next one (a Clone it changed), or an error that
-// leaves the table unchanged. The new context is validated before it is
+// context and returns the next one (a Clone it changed, which it must not
+// touch after returning), or an error that leaves the table unchanged. The new context is validated before it is
 // published. Concurrent updates are serialised.
 func (t *Table) Update(index uint32, build func(cur *Mkey) (*Mkey, error)) error {
 	if index < FirstIndex || index >= t.caps.MaxMkeys {

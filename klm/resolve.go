@@ -151,7 +151,7 @@ func (t *Table) resolveMTT(segs [][]byte, m *Mkey, key Key, addr, n uint64, need
 	rel := addr - base
 	wantRead := need&(LocalRead|RemoteRead) != 0
 	wantWrite := need&(LocalWrite|RemoteWrite|Atomic) != 0
-	var runIOVA, runLen uint64
+	var runIOVA, runLen, runAddr uint64 // a run of pages contiguous in IOVA, and where it starts in the key
 	start := len(segs)
 	flush := func() bool {
 		if runLen == 0 {
@@ -176,14 +176,14 @@ func (t *Table) resolveMTT(segs [][]byte, m *Mkey, key Key, addr, n uint64, need
 			runLen += take
 		} else {
 			if !flush() {
-				return segs[:start], t.fault(FaultUnmapped, key, depth, addr, n, need)
+				return segs[:start], t.fault(FaultUnmapped, key, depth, runAddr, runLen, need)
 			}
-			runIOVA, runLen = iova, take
+			runIOVA, runLen, runAddr = iova, take, base+rel
 		}
 		rel, n = rel+take, n-take
 	}
 	if !flush() {
-		return segs[:start], t.fault(FaultUnmapped, key, depth, addr, n, need)
+		return segs[:start], t.fault(FaultUnmapped, key, depth, runAddr, runLen, need)
 	}
 	return segs, nil
 }

@@ -1,0 +1,157 @@
+package cq
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/hcasim/hcasim/internal/dma"
+)
+
+// Ring errors.
+var (
+	ErrGeometry = errors.New("cq: ring or doorbell record of the wrong size or alignment")
+	ErrOverflow = errors.New("cq: overflow: the consumer did not keep up")
+)
+
+// Doorbell-record layout: word 0 the consumer index (24 bits), word 1 the
+// last arm command.
+const (
+	DBRecSize = 8
+	// Arm commands (bits 27:24 of the arm word, MLX5_CQ_DB_REQ_NOT*).
+	ArmNext      = 0 << 24
+	ArmSolicited = 1 << 24
+	// ArmInitialOpOwn is what the driver writes into every op_own before
+	// use: opcode INVALID, owner 1.
+	ArmInitialOpOwn = uint8(OpInvalid)<<4 | 1
+	indexMask       = 1<<24 - 1
+)
+
+// ArmWord builds the arm doorbell word: sn<<28 | cmd | ci.
+func ArmWord(sn uint8, cmd uint32, ci uint32) uint32 {
+	return uint32(sn&3)<<28 | cmd&(0xF<<24) | ci&indexMask
+}
+
+// Ring is the device side of one completion queue: it writes CQEs into the
+// ring the driver allocated in host memory and tells the driver when an
+// armed CQ gets one. A Ring is safe for concurrent use: several queues may
+// complete to one CQ.
+type Ring struct {
+	mu      sync.Mutex
+	buf     []byte // 2^logSize CQEs
+	dbrec   []byte
+	logSize uint8
+	pi      uint32 // CQEs written (24-bit wrap)
+	armed   bool
+	solOnly bool
+	broken  bool
+	notify  func()
+}
+
+// NewRing returns the ring over buf (2^logSize CQEs, 8-byte aligned) with
+// its doorbell record dbrec. notify, if not nil, is called (without locks
+// held) when an armed CQ gets a completion that its arming asked for.
+func NewRing(buf, dbrec []byte, logSize uint8, notify func()) (*Ring, error) {
+	if logSize > 22 || len(buf) != CQESize<<logSize || !dma.Aligned(buf) || len(dbrec) < DBRecSize || !dma.Aligned(dbrec) {
+		return nil, fmt.Errorf("%d-byte ring for 2^%d CQEs, %d-byte doorbell record: %w", len(buf), logSize, len(dbrec), ErrGeometry)
+	}
+	return &Ring{buf: buf, dbrec: dbrec[:DBRecSize], logSize: logSize, notify: notify}, nil
+}
+
+// Size returns the number of CQEs the ring holds.
+func (r *Ring) Size() uint32 { return 1 << r.logSize }
+
+// ConsumerIndex returns the driver's consumer index from the doorbell record.
+func (r *Ring) ConsumerIndex() uint32 { return dma.LoadBE32(r.dbrec) & indexMask }
+
+// Push writes one CQE. solicited marks a completion that a solicited-only
+// arming reports (solicited events and errors). A full ring is an
+// overflow: nothing is written, the ring stays broken (every later Push
+// fails too) and the caller raises the CQ error event.
+func (r *Ring) Push(f *Fields, solicited bool) error {
+	r.mu.Lock()
+	if r.broken {
+		r.mu.Unlock()
+		return ErrOverflow
+	}
+	ci := r.ConsumerIndex()
+	if (r.pi-ci)&indexMask >= r.Size() {
+		r.broken = true
+		r.mu.Unlock()
+		return fmt.Errorf("producer %d, consumer %d, %d entries: %w", r.pi, ci, r.Size(), ErrOverflow)
+	}
+	i := r.pi & (r.Size() - 1)
+	c := CQE(r.buf[i*CQESize : (i+1)*CQESize])
+	last := c.Encode(f, uint8(r.pi>>r.logSize))
+	dma.StoreBytes(c[60:], last)
+	r.pi = (r.pi + 1) & indexMask
+	fire := r.armed && (!r.solOnly || solicited || f.Opcode == OpReqErr || f.Opcode == OpRespErr)
+	if fire {
+		r.armed = false
+	}
+	r.mu.Unlock()
+	if fire && r.notify != nil {
+		r.notify()
+	}
+	return nil
+}
+
+// Arm carries out an arm doorbell: the driver wrote word (ArmWord) to the
+// doorbell record's second word and rang the doorbell. If the CQ already
+// holds a completion at or after the arm's consumer index, the event is
+// delivered at once; otherwise at the next completion.
+func (r *Ring) Arm(word uint32) {
+	dma.StoreBE32(r.dbrec[4:], word)
+	r.mu.Lock()
+	ci := word & indexMask
+	sol := word&(0xF<<24) == ArmSolicited
+	pending := r.pi != ci && !sol // a solicited arm waits for a new solicited CQE
+	if pending {
+		r.armed = false
+	} else {
+		r.armed, r.solOnly = true, sol
+	}
+	r.mu.Unlock()
+	if pending && r.notify != nil {
+		r.notify()
+	}
+}
+
+// Outstanding returns how many written CQEs the driver has not consumed.
+func (r *Ring) Outstanding() uint32 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return (r.pi - r.ConsumerIndex()) & indexMask
+}
+
+// Broken reports whether the ring overflowed.
+func (r *Ring) Broken() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.broken
+}
+
+// Poll is the driver's side: it returns the CQE at consumer index ci of a
+// ring of 2^logSize CQEs if the device has written it, reading its last
+// word atomically before the rest.
+func Poll(buf []byte, logSize uint8, ci uint32) (CQE, bool) {
+	i := ci & (1<<logSize - 1)
+	c := CQE(buf[i*CQESize : (i+1)*CQESize])
+	last := dma.LoadBytes(c[60:])
+	op, owner := Opcode(last[3]>>4), last[3]&1
+	if op == OpInvalid || owner != uint8(ci>>logSize)&1 {
+		return nil, false
+	}
+	return c, true
+}
+
+// InitRing prepares a ring for the device: every op_own INVALID with owner 1.
+func InitRing(buf []byte) {
+	for i := 0; i+CQESize <= len(buf); i += CQESize {
+		dma.StoreBytes(buf[i+60:], [4]byte{0, 0, 0, ArmInitialOpOwn})
+	}
+}
+
+// SetConsumerIndex is the driver's update of the doorbell record after
+// polling (the consumer index, 24 bits).
+func SetConsumerIndex(dbrec []byte, ci uint32) { dma.StoreBE32(dbrec, ci&indexMask) }
