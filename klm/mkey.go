@@ -10,15 +10,14 @@ import (
 
 // Table errors.
 var (
-	ErrNoMkey          = errors.New("klm: no mkey at that index")
-	ErrIndex           = errors.New("klm: mkey index out of range or reserved")
-	ErrTableFull       = errors.New("klm: mkey table full")
-	ErrBadTranslation  = errors.New("klm: translation not usable")
-	ErrTooManyEntries  = errors.New("klm: translation has more entries than allowed")
-	ErrBadAccess       = errors.New("klm: access rights not allowed (remote write or atomic without local write)")
-	ErrBadPageSize     = errors.New("klm: page size not supported")
-	ErrBadAccessMode   = errors.New("klm: access mode not supported")
-	errTranslationSize = errors.New("klm: translation size not a whole number of entries")
+	ErrNoMkey         = errors.New("klm: no mkey at that index")
+	ErrIndex          = errors.New("klm: mkey index out of range or reserved")
+	ErrTableFull      = errors.New("klm: mkey table full")
+	ErrBadTranslation = errors.New("klm: translation not usable")
+	ErrTooManyEntries = errors.New("klm: translation has more entries than allowed")
+	ErrBadAccess      = errors.New("klm: access rights not allowed (remote write or atomic without local write)")
+	ErrBadPageSize    = errors.New("klm: page size not supported")
+	ErrBadAccessMode  = errors.New("klm: access mode not supported")
 )
 
 // Mkey is one memory key's context. Published Mkeys are immutable: the
@@ -219,6 +218,7 @@ var reserved = &Mkey{
 // NewTable returns an empty table over mem with the given capabilities.
 func NewTable(c Caps, mem *Memory) *Table {
 	c.MaxMkeys = min(max(c.MaxMkeys, FirstIndex+1), MaxIndex+1)
+	c.LogMaxKLMListSize = min(c.LogMaxKLMListSize, 24)
 	return &Table{
 		caps:   c,
 		mem:    mem,
@@ -233,7 +233,8 @@ func (t *Table) Caps() Caps { return t.caps }
 // Memory returns the address space the table's keys translate into.
 func (t *Table) Memory() *Memory { return t.mem }
 
-// Lookup returns the current context of the mkey at index, or nil.
+// Lookup returns the current context of the mkey at index, or nil. The
+// context is shared and must not be modified (Clone it to build a change).
 func (t *Table) Lookup(index uint32) *Mkey {
 	if index == ReservedLKey.Index() {
 		return reserved
@@ -318,6 +319,9 @@ func (t *Table) Update(index uint32, build func(cur *Mkey) (*Mkey, error)) error
 	next, err := build(cur)
 	if err != nil {
 		return err
+	}
+	if next == nil || next.Mode != cur.Mode {
+		return fmt.Errorf("update mkey %#x: the access mode is fixed at creation: %w", index, ErrBadAccessMode)
 	}
 	if err := next.parse(&t.caps); err != nil {
 		return fmt.Errorf("update mkey %#x: %w", index, err)

@@ -1,0 +1,1579 @@
+package klm_test
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"unsafe"
+
+	"github.com/hcasim/hcasim/klm"
+)
+
+// ---------------------------------------------------------------------------
+// Entry layouts: golden bytes (mlx5-integrity.md §3.5) and round trips.
+
+func TestKLMLayout(t *testing.T) {
+	for _, c := range []struct {
+		f   klm.KLMFields
+		hex string
+	}{
+		{klm.KLMFields{ByteCount: 0x200, Key: 0x1234, VA: 0}, "00000200 00001234 0000000000000000"},
+		{klm.KLMFields{ByteCount: 0x01020304, Key: 0x05060708, VA: 0x090a0b0c0d0e0f10}, "01020304 05060708 090a0b0c0d0e0f10"},
+		{klm.KLMFields{ByteCount: 0xFFFFFFFF, Key: 0xFFFFFFFF, VA: ^uint64(0)}, "ffffffff ffffffff ffffffffffffffff"},
+		{klm.KLMFields{Key: klm.ReservedLKey, VA: 0x1000}, "00000000 00000100 0000000000001000"},
+	} {
+		want := unhex(t, c.hex)
+		// Encode writes only its 16 bytes of a longer buffer.
+		buf := bytes.Repeat([]byte{0xEE}, 3*klm.KLMSize)
+		e := klm.KLM(buf[klm.KLMSize:])
+		e.Encode(&c.f)
+		if !bytes.Equal(buf[klm.KLMSize:2*klm.KLMSize], want) {
+			t.Errorf("KLM %+v encodes as % x, want % x", c.f, buf[16:32], want)
+		}
+		if !bytes.Equal(buf[:16], bytes.Repeat([]byte{0xEE}, 16)) || !bytes.Equal(buf[32:], bytes.Repeat([]byte{0xEE}, 16)) {
+			t.Errorf("KLM %+v: Encode wrote outside its entry", c.f)
+		}
+		if got := klm.KLM(want).Fields(); got != c.f {
+			t.Errorf("KLM % x decodes as %+v, want %+v", want, got, c.f)
+		}
+		v := klm.KLM(want)
+		if v.ByteCount() != c.f.ByteCount || v.Key() != c.f.Key || v.VA() != c.f.VA {
+			t.Errorf("KLM accessors of % x: %#x %v %#x", want, v.ByteCount(), v.Key(), v.VA())
+		}
+	}
+}
+
+func TestKSMLayout(t *testing.T) {
+	f := klm.KSMFields{Key: 0x00001234, VA: 0x0102030405060708}
+	want := unhex(t, "00000000 00001234 0102030405060708")
+	buf := bytes.Repeat([]byte{0xEE}, klm.KSMSize)
+	klm.KSM(buf).Encode(&f)
+	if !bytes.Equal(buf, want) {
+		t.Fatalf("KSM encodes as % x, want % x (reserved bytes zeroed)", buf, want)
+	}
+	// The reserved word is ignored when decoding.
+	dirty := unhex(t, "deadbeef 00001234 0102030405060708")
+	if got := klm.KSM(dirty).Fields(); got != f {
+		t.Fatalf("KSM % x decodes as %+v, want %+v", dirty, got, f)
+	}
+}
+
+func TestMTTLayout(t *testing.T) {
+	for _, c := range []struct {
+		f    klm.MTTFields
+		hex  string
+		back klm.MTTFields
+	}{
+		{klm.MTTFields{Addr: 0x12345000, Read: true, Write: true}, "0000000012345003", klm.MTTFields{Addr: 0x12345000, Read: true, Write: true}},
+		{klm.MTTFields{Addr: 0x12345000, Read: true}, "0000000012345001", klm.MTTFields{Addr: 0x12345000, Read: true}},
+		{klm.MTTFields{Addr: 0x12345000, Write: true}, "0000000012345002", klm.MTTFields{Addr: 0x12345000, Write: true}},
+		{klm.MTTFields{Addr: 0xFEDCBA9876543000}, "fedcba9876543000", klm.MTTFields{Addr: 0xFEDCBA9876543000}},
+		// The two low bits of the address are the flags: Encode drops them.
+		{klm.MTTFields{Addr: 0x1003, Read: true}, "0000000000001001", klm.MTTFields{Addr: 0x1000, Read: true}},
+		// Other low bits (below the page size) are kept in the entry.
+		{klm.MTTFields{Addr: 0x1ffc, Write: true}, "0000000000001ffe", klm.MTTFields{Addr: 0x1ffc, Write: true}},
+	} {
+		buf := make([]byte, klm.MTTSize)
+		klm.MTT(buf).Encode(&c.f)
+		if want := unhex(t, c.hex); !bytes.Equal(buf, want) {
+			t.Errorf("MTT %+v encodes as % x, want % x", c.f, buf, want)
+		}
+		if got := klm.MTT(buf).Fields(); got != c.back {
+			t.Errorf("MTT % x decodes as %+v, want %+v", buf, got, c.back)
+		}
+	}
+	if klm.MTTRead != 1 || klm.MTTWrite != 2 {
+		t.Fatalf("MTT flags %d %d, want 1 (EN_RD) and 2 (EN_WR)", klm.MTTRead, klm.MTTWrite)
+	}
+}
+
+func TestRepeatLayout(t *testing.T) {
+	// The worked example of mlx5-integrity.md §2.4.
+	ctrl := klm.RepeatCtrlFields{BytesPerCycle: 0x208, Op: klm.RepeatBlockOp, RepeatCount: 8, NumEntries: 2}
+	wantCtrl := unhex(t, "00 00 02 08  00 00 04 00  00 00 00 08  00 00 00 02")
+	buf := bytes.Repeat([]byte{0xEE}, klm.RepeatCtrlSize)
+	klm.RepeatCtrl(buf).Encode(&ctrl)
+	if !bytes.Equal(buf, wantCtrl) {
+		t.Errorf("ctrl encodes as % x, want % x", buf, wantCtrl)
+	}
+	if got := klm.RepeatCtrl(wantCtrl).Fields(); got != ctrl {
+		t.Errorf("ctrl decodes as %+v, want %+v", got, ctrl)
+	}
+	// Reserved bytes 12-13 are ignored when decoding.
+	dirty := bytes.Clone(wantCtrl)
+	dirty[12], dirty[13] = 0xAB, 0xCD
+	if got := klm.RepeatCtrl(dirty).Fields(); got != ctrl {
+		t.Errorf("ctrl with reserved bytes decodes as %+v, want %+v", got, ctrl)
+	}
+	for _, c := range []struct {
+		f   klm.RepeatEntryFields
+		hex string
+	}{
+		{klm.RepeatEntryFields{Stride: 0x200, ByteCount: 0x200, Key: 0x1234, VA: 0}, "02 00 02 00  00 00 12 34  00 00 00 00 00 00 00 00"},
+		{klm.RepeatEntryFields{Stride: 8, ByteCount: 8, Key: 0x1234, VA: 0x1000}, "00 08 00 08  00 00 12 34  00 00 00 00 00 00 10 00"},
+		{klm.RepeatEntryFields{Stride: 0xFFFF, ByteCount: 0x0102, Key: 0xA1B2C3D4, VA: 0x1122334455667788}, "ff ff 01 02  a1 b2 c3 d4  11 22 33 44 55 66 77 88"},
+	} {
+		buf := make([]byte, klm.RepeatEntrySize)
+		klm.RepeatEntry(buf).Encode(&c.f)
+		if want := unhex(t, c.hex); !bytes.Equal(buf, want) {
+			t.Errorf("entry %+v encodes as % x, want % x", c.f, buf, want)
+		}
+		if got := klm.RepeatEntry(buf).Fields(); got != c.f {
+			t.Errorf("entry % x decodes as %+v, want %+v", buf, got, c.f)
+		}
+	}
+}
+
+func TestEntrySizes(t *testing.T) {
+	if klm.KLMSize != 16 || klm.KSMSize != 16 || klm.MTTSize != 8 || klm.RepeatCtrlSize != 16 || klm.RepeatEntrySize != 16 || klm.OctowordSize != 16 {
+		t.Fatal("entry sizes differ from mlx5's")
+	}
+	if klm.RepeatBlockOp != 0x400 {
+		t.Fatalf("RepeatBlockOp %#x", klm.RepeatBlockOp)
+	}
+}
+
+// ---------------------------------------------------------------------------
+// Keys, permissions, capabilities, faults.
+
+func TestKey(t *testing.T) {
+	k := klm.MakeKey(0x12, 0x34)
+	if k != 0x1234 || k.Index() != 0x12 || k.Variant() != 0x34 || !k.IsValid() {
+		t.Fatalf("MakeKey(0x12, 0x34) = %#x index %#x variant %#x", uint32(k), k.Index(), k.Variant())
+	}
+	if k := klm.MakeKey(0xFFFFFF, 0xFF); k != 0xFFFFFFFF || k.Index() != 0xFFFFFF {
+		t.Fatalf("MakeKey(max) = %#x", uint32(k))
+	}
+	if klm.Key(0xFF).IsValid() || klm.Key(0).IsValid() {
+		t.Fatal("index 0 is valid")
+	}
+	if s := k.String(); s != "0x00001234" {
+		t.Fatalf("String = %q, want 0x00001234", s)
+	}
+	if klm.ReservedLKey != 0x100 || klm.ReservedLKey.Index() != 1 || klm.ReservedLKey.Variant() != 0 {
+		t.Fatalf("ReservedLKey = %v", klm.ReservedLKey)
+	}
+	if klm.FirstIndex != 8 {
+		t.Fatalf("FirstIndex = %d", klm.FirstIndex)
+	}
+	for s, want := range map[string]klm.Key{"0x1203": 0x1203, " 4660 ": 4660, "0X00001234": 0x1234, "0xffffffff": 0xFFFFFFFF} {
+		if k, err := klm.ParseKey(s); err != nil || k != want {
+			t.Errorf("ParseKey(%q) = %v, %v; want %v", s, k, err, want)
+		}
+	}
+	for _, s := range []string{"", "0x100000000", "key", "-1"} {
+		if _, err := klm.ParseKey(s); err == nil {
+			t.Errorf("ParseKey(%q) succeeded", s)
+		}
+	}
+	if klm.MustParseKey("0x100") != klm.ReservedLKey {
+		t.Fatal("MustParseKey")
+	}
+	func() {
+		defer func() {
+			if recover() == nil {
+				t.Error("MustParseKey(\"x\") did not panic")
+			}
+		}()
+		klm.MustParseKey("x")
+	}()
+}
+
+func TestAccess(t *testing.T) {
+	for i := range 256 {
+		a := klm.Access(i)
+		valid := a&^klm.AccessMask == 0 && (a&(klm.RemoteWrite|klm.Atomic) == 0 || a&klm.LocalWrite != 0)
+		if a.Valid() != valid {
+			t.Errorf("%v.Valid() = %v", a, a.Valid())
+		}
+		var local klm.Access
+		if a&(klm.LocalRead|klm.RemoteRead) != 0 {
+			local |= klm.LocalRead
+		}
+		if a&(klm.LocalWrite|klm.RemoteWrite|klm.Atomic) != 0 {
+			local |= klm.LocalWrite
+		}
+		if a.Local() != local {
+			t.Errorf("%v.Local() = %v, want %v", a, a.Local(), local)
+		}
+		if a.Remote() != (a&(klm.RemoteRead|klm.RemoteWrite|klm.Atomic) != 0) {
+			t.Errorf("%v.Remote() = %v", a, a.Remote())
+		}
+	}
+	for a, want := range map[klm.Access]string{
+		0: "none", klm.AccessMask: "LR|LW|RR|RW|A", klm.RemoteRead | klm.LocalRead: "LR|RR", 0x85: "LR|0x81",
+	} {
+		if a.String() != want {
+			t.Errorf("Access(%#x).String() = %q, want %q", uint8(a), a.String(), want)
+		}
+	}
+	if klm.LocalRead != 0x04 || klm.LocalWrite != 0x08 || klm.RemoteRead != 0x10 || klm.RemoteWrite != 0x20 || klm.Atomic != 0x40 {
+		t.Fatal("permission bits differ from MLX5_PERM_*")
+	}
+	for m, want := range map[klm.AccessMode]string{klm.ModePA: "PA", klm.ModeMTT: "MTT", klm.ModeKLM: "KLM", klm.ModeKSM: "KSM", 6: "AccessMode(6)"} {
+		if m.String() != want {
+			t.Errorf("mode %d String %q", m, m.String())
+		}
+	}
+}
+
+func TestCaps(t *testing.T) {
+	c := klm.ConnectX5
+	if c.MaxListEntries() != 1<<16 || c.MaxFastRegPageListLen() != 1<<16 {
+		t.Fatalf("ConnectX5 list entries %d / %d", c.MaxListEntries(), c.MaxFastRegPageListLen())
+	}
+	if c.MaxIndirection != 4 || c.MaxRepeatEntries != 16 || c.MinLogPageSize != 12 || c.MaxLogPageSize != 30 || c.MaxMkeys != 1<<20 {
+		t.Fatalf("ConnectX5 = %+v", c)
+	}
+	c.LogMaxKLMListSize = 3
+	if c.MaxListEntries() != 8 {
+		t.Fatalf("MaxListEntries with log 3 = %d", c.MaxListEntries())
+	}
+}
+
+func TestFaultError(t *testing.T) {
+	f := &klm.Fault{Kind: klm.FaultPD, Key: 0x1234, Depth: 1, Addr: 0x10, Len: 0x20, Need: klm.LocalRead}
+	msg := f.Error()
+	for _, part := range []string{"PD mismatch", "0x00001234", "0x10", "0x20", "LR", "depth 1"} {
+		if !strings.Contains(msg, part) {
+			t.Errorf("%q lacks %q", msg, part)
+		}
+	}
+	wrapped := fmt.Errorf("wqe 3: %w", f)
+	if !errors.Is(wrapped, klm.ErrFault) {
+		t.Error("wrapped fault does not match ErrFault")
+	}
+	var g *klm.Fault
+	if !errors.As(wrapped, &g) || g != f {
+		t.Error("errors.As lost the fault")
+	}
+	if errors.Is(klm.ErrUnmappedIO, klm.ErrFault) {
+		t.Error("ErrUnmappedIO matches ErrFault")
+	}
+	if f.Syndrome(false) != 0x04 || f.Syndrome(true) != 0x13 {
+		t.Errorf("syndromes %#x %#x", f.Syndrome(false), f.Syndrome(true))
+	}
+	names := map[klm.FaultKind]string{}
+	for k := klm.FaultInvalid; k <= klm.FaultTranslation; k++ {
+		s := k.String()
+		if s == "" || strings.HasPrefix(s, "FaultKind(") {
+			t.Errorf("kind %d has no name", k)
+		}
+		if o, dup := names[k]; dup {
+			t.Errorf("kinds share the name %q (%s)", s, o)
+		}
+		names[k] = s
+	}
+	if s := klm.FaultKind(200).String(); s != "FaultKind(200)" {
+		t.Errorf("FaultKind(200) = %q", s)
+	}
+}
+
+// ---------------------------------------------------------------------------
+// Memory.
+
+func TestMemoryMap(t *testing.T) {
+	m := klm.NewMemory()
+	for _, c := range []struct {
+		iova uint64
+		n    int
+		want error
+	}{
+		{0x1000, 0, klm.ErrEmptyMap},
+		{^uint64(0) - 7, 16, klm.ErrEmptyMap}, // wraps
+		{0x1000, 0x100, nil},
+		{0x1000, 1, klm.ErrOverlap},      // same start
+		{0x10FF, 1, klm.ErrOverlap},      // last byte
+		{0x0FF0, 0x20, klm.ErrOverlap},   // straddles the start
+		{0x10F0, 0x20, klm.ErrOverlap},   // straddles the end
+		{0x1080, 0x10, klm.ErrOverlap},   // inside
+		{0x0800, 0x1000, klm.ErrOverlap}, // contains
+		{0x1100, 0x10, nil},              // adjacent after
+		{0x0F00, 0x100, nil},             // adjacent before
+		{0x10000, 0x10, nil},
+		{0x0F80, 0x200, klm.ErrOverlap}, // spans two regions
+		{^uint64(0) - 16, 16, nil},      // ends one byte before the top
+		// As implemented, a region may not end exactly at 2^64: the last
+		// byte of the address space cannot be mapped.
+		{^uint64(0) - 15, 16, klm.ErrEmptyMap},
+	} {
+		err := m.Map(c.iova, make([]byte, c.n))
+		if !errors.Is(err, c.want) || (c.want == nil) != (err == nil) {
+			t.Errorf("Map(%#x, %#x) = %v, want %v", c.iova, c.n, err, c.want)
+		}
+	}
+	if err := m.Map(0x2000, nil); !errors.Is(err, klm.ErrEmptyMap) {
+		t.Errorf("Map(nil) = %v", err)
+	}
+	if got := m.Mapped(); got != 0x100+0x10+0x100+0x10+16 {
+		t.Fatalf("Mapped = %#x", got)
+	}
+	for _, a := range []uint64{0x1080, 0x10FF, 0x2000, 0} {
+		if err := m.Unmap(a); !errors.Is(err, klm.ErrNotMapped) {
+			t.Errorf("Unmap(%#x) = %v, want ErrNotMapped (not a region start)", a, err)
+		}
+	}
+	if err := m.Unmap(0x1000); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Unmap(0x1000); !errors.Is(err, klm.ErrNotMapped) {
+		t.Fatalf("second Unmap = %v", err)
+	}
+	if got := m.Mapped(); got != 0x10+0x100+0x10+16 {
+		t.Fatalf("Mapped after Unmap = %#x", got)
+	}
+	if err := m.Map(0x1000, make([]byte, 0x100)); err != nil {
+		t.Fatalf("Map after Unmap: %v", err)
+	}
+}
+
+func TestMemoryLimit(t *testing.T) {
+	m := klm.NewMemory()
+	m.Limit = 100
+	if err := m.Map(0, make([]byte, 60)); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Map(100, make([]byte, 41)); !errors.Is(err, klm.ErrMapLimit) {
+		t.Fatalf("Map over the limit = %v", err)
+	}
+	if m.Mapped() != 60 {
+		t.Fatalf("a refused Map changed Mapped to %d", m.Mapped())
+	}
+	if err := m.Map(100, make([]byte, 40)); err != nil {
+		t.Fatalf("Map up to the limit: %v", err)
+	}
+	if err := m.Map(200, make([]byte, 1)); !errors.Is(err, klm.ErrMapLimit) {
+		t.Fatalf("Map past a full limit = %v", err)
+	}
+	if err := m.Unmap(0); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Map(200, make([]byte, 60)); err != nil {
+		t.Fatalf("Map after Unmap freed room: %v", err)
+	}
+}
+
+func TestMemorySegments(t *testing.T) {
+	s := newSpace(t)
+	a := s.mapNew(0x1000, 0x100)
+	b := s.mapNew(0x1100, 0x80) // adjacent to a
+	c := s.mapNew(0x2000, 0x10)
+	top := s.mapNew(^uint64(0)-0x20, 0x10)
+	same := func(seg, want []byte) bool {
+		return len(seg) == len(want) && unsafe.SliceData(seg) == unsafe.SliceData(want)
+	}
+	segs, err := s.mem.Segments(nil, 0x1010, 0x10)
+	if err != nil || len(segs) != 1 || !same(segs[0], a[0x10:0x20]) {
+		t.Fatalf("one region: %d segments, %v", len(segs), err)
+	}
+	// Writes through a segment reach the caller's buffer: no copies.
+	segs[0][0] = 0x5A
+	if a[0x10] != 0x5A {
+		t.Fatal("a write through the segment is not in the mapped buffer")
+	}
+	segs, err = s.mem.Segments(newSegs(), 0x10F0, 0x20)
+	if err != nil || len(segs) != 4 || !same(segs[2], a[0xF0:]) || !same(segs[3], b[:0x10]) {
+		t.Fatalf("adjacent regions: %d segments, %v", len(segs), err)
+	}
+	checkSentinel(t, segs)
+	segs, err = s.mem.Segments(nil, 0x1000, 0x180)
+	if err != nil || len(segs) != 2 || !same(segs[0], a) || !same(segs[1], b) {
+		t.Fatalf("two whole regions: %d segments, %v", len(segs), err)
+	}
+	if segs, err = s.mem.Segments(nil, 0x2000, 0x10); err != nil || !same(segs[0], c) {
+		t.Fatal("whole region c")
+	}
+	if segs, err = s.mem.Segments(nil, ^uint64(0)-0x20, 0x10); err != nil || !same(segs[0], top) {
+		t.Fatal("region at the top")
+	}
+	for _, r := range []struct{ iova, n uint64 }{
+		{0x0FFF, 2},             // starts before a
+		{0x0F00, 1},             // entirely before
+		{0x1170, 0x20},          // runs off b into the gap
+		{0x1180, 1},             // in the gap
+		{0x1000, 0x1011},        // a, b, gap, c
+		{0x2010, 1},             // just after c
+		{^uint64(0) - 0x11, 2},  // just after top
+		{^uint64(0), 2},         // wraps
+		{^uint64(0) - 0x20, 17}, // past top
+	} {
+		got, err := s.mem.Segments(newSegs(), r.iova, r.n)
+		if !errors.Is(err, klm.ErrUnmappedIO) {
+			t.Errorf("Segments(%#x, %#x) = %v, want ErrUnmappedIO", r.iova, r.n, err)
+		}
+		if len(got) != len(sentinel) {
+			t.Errorf("Segments(%#x, %#x) failed with %d segments", r.iova, r.n, len(got))
+		}
+		checkSentinel(t, got)
+	}
+	// Zero bytes are always fine, mapped or not.
+	for _, iova := range []uint64{0, 0x1180, 0x1000, ^uint64(0)} {
+		if got, err := s.mem.Segments(newSegs(), iova, 0); err != nil || len(got) != len(sentinel) {
+			t.Errorf("Segments(%#x, 0) = %d, %v", iova, len(got), err)
+		}
+	}
+	// After Unmap the range faults; slices handed out stay usable.
+	old, _ := s.mem.Segments(nil, 0x1100, 0x80)
+	s.unmap(0x1100)
+	if _, err := s.mem.Segments(nil, 0x10F0, 0x20); !errors.Is(err, klm.ErrUnmappedIO) {
+		t.Fatalf("after Unmap: %v", err)
+	}
+	old[0][0] = 1
+	if b[0] != 1 {
+		t.Fatal("old slice no longer aliases the buffer")
+	}
+}
+
+// ---------------------------------------------------------------------------
+// Table.
+
+func TestTableCreateLookup(t *testing.T) {
+	e := newTbench(t, klm.ConnectX5)
+	seen := map[uint32]bool{}
+	for i := range 20 {
+		m := paMkey(0x1000, 0x10)
+		m.Variant = uint8(i * 37)
+		k := e.create(m)
+		if k.Index() < klm.FirstIndex || seen[k.Index()] {
+			t.Fatalf("key %v: index below FirstIndex or reused", k)
+		}
+		seen[k.Index()] = true
+		if k.Variant() != m.Variant {
+			t.Fatalf("key %v: variant %#x, want %#x", k, k.Variant(), m.Variant)
+		}
+		got := e.tbl.Lookup(k.Index())
+		if got == nil || got.Variant != m.Variant || got.StartAddr != 0x1000 || got.Mode != klm.ModePA || got.PD != testPD {
+			t.Fatalf("Lookup(%#x) = %+v", k.Index(), got)
+		}
+	}
+	r := e.tbl.Lookup(klm.ReservedLKey.Index())
+	if r == nil || r.Mode != klm.ModePA || !r.AnyPD || !r.Length64 || r.Access != klm.LocalRead|klm.LocalWrite || r.Free || r.Variant != 0 || r.StartAddr != 0 {
+		t.Fatalf("Lookup(1) = %+v, want the reserved lkey", r)
+	}
+	for _, i := range []uint32{0, 2, 3, 4, 5, 6, 7, 1 << 20, 1<<24 - 1, ^uint32(0)} {
+		if m := e.tbl.Lookup(i); m != nil {
+			t.Errorf("Lookup(%#x) = %+v", i, m)
+		}
+	}
+	if e.tbl.Caps() != klm.ConnectX5 || e.tbl.Memory() != e.mem {
+		t.Fatal("Caps or Memory")
+	}
+}
+
+func TestTableCreateErrors(t *testing.T) {
+	caps := klm.ConnectX5
+	caps.LogMaxKLMListSize = 3 // 8 entries
+	caps.MaxRepeatEntries = 4
+	pas := func(n int) []klm.MTTFields {
+		es := make([]klm.MTTFields, n)
+		for i := range es {
+			es[i] = rw(uint64(i) << 12)
+		}
+		return es
+	}
+	ksms := func(n int) []klm.KSMFields { return make([]klm.KSMFields, n) }
+	klms := func(n int) []klm.KLMFields {
+		es := make([]klm.KLMFields, n)
+		for i := range es {
+			es[i] = klm.KLMFields{ByteCount: 0x10, Key: klm.ReservedLKey, VA: uint64(i) << 4}
+		}
+		return es
+	}
+	re := func(bc uint16) klm.RepeatEntryFields {
+		return klm.RepeatEntryFields{Stride: bc, ByteCount: bc, Key: klm.ReservedLKey}
+	}
+	withAccess := func(m klm.Mkey, a klm.Access) klm.Mkey { m.Access = a; return m }
+	withOcto := func(m klm.Mkey, o uint32) klm.Mkey { m.XLTOctowords = o; return m }
+	free := func(m klm.Mkey) klm.Mkey { m.Free = true; return m }
+	mode := func(m klm.Mkey, md klm.AccessMode) klm.Mkey { m.Mode = md; return m }
+	for _, c := range []struct {
+		name string
+		m    klm.Mkey
+		want error
+	}{
+		{"RW without LW", withAccess(paMkey(0, 1), klm.LocalRead|klm.RemoteWrite), klm.ErrBadAccess},
+		{"A without LW", withAccess(paMkey(0, 1), klm.LocalRead|klm.RemoteRead|klm.Atomic), klm.ErrBadAccess},
+		{"unknown access bit", withAccess(paMkey(0, 1), klm.LocalRead|0x80), klm.ErrBadAccess},
+		{"free with bad access", free(withAccess(paMkey(0, 1), klm.RemoteWrite)), klm.ErrBadAccess},
+		{"RW with LW", withAccess(paMkey(0, 1), klm.LocalWrite|klm.RemoteWrite), nil},
+		{"no access", withAccess(paMkey(0, 1), 0), nil},
+		{"XLT over capacity", withOcto(klmMkey(0, 0x10, klms(2)...), 1), klm.ErrTooManyEntries},
+		{"free XLT over capacity", free(withOcto(klmMkey(0, 0x10, klms(2)...), 1)), klm.ErrTooManyEntries},
+		{"XLT at capacity", withOcto(klmMkey(0, 0x20, klms(2)...), 2), nil},
+		{"MTT page too small", mttMkey(0, 0x1000, 11, rw(0)), klm.ErrBadPageSize},
+		{"MTT page too large", mttMkey(0, 0x1000, 31, rw(0)), klm.ErrBadPageSize},
+		{"MTT page 2^30", mttMkey(0, 0x1000, 30, rw(0)), nil},
+		{"KSM page too small", ksmMkey(0, 0x1000, 11, ksms(1)...), klm.ErrBadPageSize},
+		{"MTT 8 entries", mttMkey(0, 8<<12, 12, pas(8)...), nil},
+		{"MTT 9 entries", mttMkey(0, 8<<12, 12, pas(9)...), klm.ErrTooManyEntries},
+		{"KSM 9 entries", ksmMkey(0, 8<<12, 12, ksms(9)...), klm.ErrTooManyEntries},
+		{"KLM 8 entries", klmMkey(0, 0x80, klms(8)...), nil},
+		{"KLM 9 entries", klmMkey(0, 0x90, klms(9)...), klm.ErrTooManyEntries},
+		{"KLM 9 entries, 8 cover Len", klmMkey(0, 0x80, klms(9)...), nil},
+		{"KLM 9 entries, Length64", func() klm.Mkey { m := klmMkey(0, 0, klms(9)...); m.Length64 = true; return m }(), klm.ErrTooManyEntries},
+		{"mode 4", mode(paMkey(0, 1), 4), klm.ErrBadAccessMode},
+		{"free mode 4", free(mode(paMkey(0, 1), 4)), nil},
+		{"free bad page size", free(mttMkey(0, 1, 3)), nil},
+		{"repeat 0 entries", withXLT(klmMkey(0, 1), repeatXLT(klm.RepeatCtrlFields{BytesPerCycle: 0, Op: klm.RepeatBlockOp, RepeatCount: 1})), klm.ErrBadTranslation},
+		{"repeat 4 entries", repeatMkey(0, 1, 1, re(1), re(1), re(1), re(1)), nil},
+		{"repeat 5 entries", repeatMkey(0, 1, 1, re(1), re(1), re(1), re(1), re(1)), klm.ErrBadTranslation},
+		{"repeat short", withXLT(klmMkey(0, 1), repeatBlock(1, re(8), re(8))[:klm.RepeatCtrlSize+klm.RepeatEntrySize]), klm.ErrBadTranslation},
+		{"repeat bytes per cycle", withXLT(klmMkey(0, 1), repeatXLT(klm.RepeatCtrlFields{BytesPerCycle: 0x207, Op: klm.RepeatBlockOp, RepeatCount: 8, NumEntries: 2}, re(0x200), re(8))), klm.ErrBadTranslation},
+		{"repeat empty cycle", repeatMkey(0, 1, 1, re(0), re(0)), klm.ErrBadTranslation},
+		{"repeat zero count", repeatMkey(0, 1, 0, re(8)), nil},
+	} {
+		_, err := klm.NewTable(caps, klm.NewMemory()).Create(c.m)
+		if (err == nil) != (c.want == nil) || (c.want != nil && !errors.Is(err, c.want)) {
+			t.Errorf("%s: Create = %v, want %v", c.name, err, c.want)
+		}
+	}
+}
+
+func TestTableFull(t *testing.T) {
+	caps := klm.ConnectX5
+	caps.MaxMkeys = klm.FirstIndex + 4
+	e := newTbench(t, caps)
+	var keys []klm.Key
+	for range 4 {
+		keys = append(keys, e.create(paMkey(0, 1)))
+	}
+	if _, err := e.tbl.Create(paMkey(0, 1)); !errors.Is(err, klm.ErrTableFull) {
+		t.Fatalf("Create on a full table = %v", err)
+	}
+	if err := e.tbl.Destroy(keys[1].Index()); err != nil {
+		t.Fatal(err)
+	}
+	k := e.create(paMkey(0, 1))
+	if k.Index() != keys[1].Index() {
+		t.Fatalf("Create after Destroy got index %#x, want the freed %#x", k.Index(), keys[1].Index())
+	}
+	if _, err := e.tbl.Create(paMkey(0, 1)); !errors.Is(err, klm.ErrTableFull) {
+		t.Fatalf("Create on a full table = %v", err)
+	}
+	// Allocation goes upwards from the last index given and wraps around.
+	w := newTbench(t, caps)
+	idx := func() uint32 { return w.create(paMkey(0, 1)).Index() }
+	destroy := func(i uint32) {
+		t.Helper()
+		if err := w.tbl.Destroy(i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, want := range []uint32{8, 9, 10} {
+		if got := idx(); got != want {
+			t.Fatalf("index %d, want %d", got, want)
+		}
+	}
+	destroy(9)
+	if got := idx(); got != 11 {
+		t.Fatalf("index %d after freeing 9, want 11 (upwards first)", got)
+	}
+	if got := idx(); got != 9 {
+		t.Fatalf("index %d, want 9 (wrapped)", got)
+	}
+	destroy(8)
+	if got := idx(); got != 8 {
+		t.Fatalf("index %d, want 8 (searched past 10 and 11, wrapped)", got)
+	}
+	// A table smaller than the reserved indices still holds one key.
+	small := newTbench(t, klm.Caps{MaxMkeys: 1, MinLogPageSize: 12, MaxLogPageSize: 12, MaxIndirection: 1, LogMaxKLMListSize: 1})
+	if k := small.create(paMkey(0, 1)); k.Index() != klm.FirstIndex {
+		t.Fatalf("small table key %v", k)
+	}
+	if _, err := small.tbl.Create(paMkey(0, 1)); !errors.Is(err, klm.ErrTableFull) {
+		t.Fatalf("second key in a small table: %v", err)
+	}
+}
+
+func TestTableDestroy(t *testing.T) {
+	e := newTbench(t, klm.ConnectX5)
+	e.mapNew(0x1000, 0x100)
+	k := e.create(paMkey(0x1000, 0x100))
+	for _, i := range []uint32{0, 1, 7, 1 << 20, ^uint32(0)} {
+		if err := e.tbl.Destroy(i); !errors.Is(err, klm.ErrIndex) {
+			t.Errorf("Destroy(%#x) = %v, want ErrIndex", i, err)
+		}
+	}
+	if err := e.tbl.Destroy(k.Index() + 1); !errors.Is(err, klm.ErrNoMkey) {
+		t.Errorf("Destroy(unused) = %v", err)
+	}
+	e.resolve(klm.Request{Key: k, PD: testPD, Addr: 0x1000, Len: 0x10, Access: klm.LocalRead})
+	if err := e.tbl.Destroy(k.Index()); err != nil {
+		t.Fatal(err)
+	}
+	if e.tbl.Lookup(k.Index()) != nil {
+		t.Fatal("Lookup after Destroy")
+	}
+	e.wantFault(klm.Request{Key: k, PD: testPD, Addr: 0x1000, Len: 0x10, Access: klm.LocalRead}, klm.FaultBadIndex, k, 0)
+	if err := e.tbl.Destroy(k.Index()); !errors.Is(err, klm.ErrNoMkey) {
+		t.Errorf("second Destroy = %v", err)
+	}
+}
+
+func TestTableUpdate(t *testing.T) {
+	e := newTbench(t, klm.ConnectX5)
+	e.mapNew(0x1000, 0x1000)
+	k := e.create(klmMkey(0, 0x100, klm.KLMFields{ByteCount: 0x100, Key: klm.ReservedLKey, VA: 0x1000}))
+	req := klm.Request{Key: k, PD: testPD, Len: 0x100, Access: klm.LocalRead}
+	wantRuns(t, e.resolve(req), []run{{0x1000, 0x100}})
+	old := e.tbl.Lookup(k.Index())
+	oldCopy := *old
+
+	// A successful update publishes a new context; the old one is untouched.
+	err := e.tbl.Update(k.Index(), func(cur *klm.Mkey) (*klm.Mkey, error) {
+		if cur != old {
+			t.Error("build got a context other than the current one")
+		}
+		n := cur.Clone()
+		n.XLT = klmXLT(klm.KLMFields{ByteCount: 0x100, Key: klm.ReservedLKey, VA: 0x1800})
+		return n, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantRuns(t, e.resolve(req), []run{{0x1800, 0x100}})
+	if cur := e.tbl.Lookup(k.Index()); cur == old {
+		t.Fatal("Update changed the context in place")
+	}
+	if old.StartAddr != oldCopy.StartAddr || old.Len != oldCopy.Len || old.Variant != oldCopy.Variant || !bytes.Equal(old.XLT, oldCopy.XLT) {
+		t.Fatal("Update changed the old context")
+	}
+
+	// A build error is returned as is; the table is unchanged.
+	published := e.tbl.Lookup(k.Index())
+	errBuild := errors.New("no")
+	if err := e.tbl.Update(k.Index(), func(cur *klm.Mkey) (*klm.Mkey, error) { return nil, errBuild }); !errors.Is(err, errBuild) {
+		t.Fatalf("Update with a failing build = %v", err)
+	}
+	// An invalid next context is refused; the table is unchanged.
+	for name, c := range map[string]struct {
+		edit func(*klm.Mkey)
+		want error
+	}{
+		"access":  {func(m *klm.Mkey) { m.Access = klm.RemoteWrite }, klm.ErrBadAccess},
+		"mode":    {func(m *klm.Mkey) { m.Mode = 5 }, klm.ErrBadAccessMode},
+		"XLT":     {func(m *klm.Mkey) { m.XLT = make([]byte, 17*16) }, klm.ErrTooManyEntries},
+		"repeat":  {func(m *klm.Mkey) { m.XLT = repeatXLT(klm.RepeatCtrlFields{Op: klm.RepeatBlockOp, NumEntries: 1}) }, klm.ErrBadTranslation},
+		"mtt log": {func(m *klm.Mkey) { m.Mode = klm.ModeMTT; m.LogPageSize = 40 }, klm.ErrBadPageSize},
+	} {
+		err := e.tbl.Update(k.Index(), func(cur *klm.Mkey) (*klm.Mkey, error) {
+			n := cur.Clone()
+			c.edit(n)
+			return n, nil
+		})
+		if !errors.Is(err, c.want) {
+			t.Errorf("Update (%s) = %v, want %v", name, err, c.want)
+		}
+		if e.tbl.Lookup(k.Index()) != published {
+			t.Fatalf("a failed Update (%s) changed the table", name)
+		}
+		wantRuns(t, e.resolve(req), []run{{0x1800, 0x100}})
+	}
+	for _, i := range []uint32{0, 1, 7, 1 << 20} {
+		if err := e.tbl.Update(i, func(cur *klm.Mkey) (*klm.Mkey, error) { return cur.Clone(), nil }); !errors.Is(err, klm.ErrIndex) {
+			t.Errorf("Update(%#x) = %v, want ErrIndex", i, err)
+		}
+	}
+	called := false
+	if err := e.tbl.Update(k.Index()+1, func(cur *klm.Mkey) (*klm.Mkey, error) { called = true; return cur, nil }); !errors.Is(err, klm.ErrNoMkey) || called {
+		t.Errorf("Update(unused) = %v (build called: %v)", err, called)
+	}
+
+	// Bump the variant: the old key stops working, the new one works.
+	if err := e.tbl.Update(k.Index(), func(cur *klm.Mkey) (*klm.Mkey, error) {
+		n := cur.Clone()
+		n.Variant++
+		return n, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	e.wantFault(req, klm.FaultVariant, k, 0)
+	req2 := req
+	req2.Key = klm.MakeKey(k.Index(), k.Variant()+1)
+	wantRuns(t, e.resolve(req2), []run{{0x1800, 0x100}})
+
+	// Invalidate, then register again.
+	setFree := func(free bool) {
+		t.Helper()
+		if err := e.tbl.Update(k.Index(), func(cur *klm.Mkey) (*klm.Mkey, error) {
+			n := cur.Clone()
+			n.Free = free
+			return n, nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	setFree(true)
+	e.wantFault(req2, klm.FaultFree, req2.Key, 0)
+	setFree(false)
+	wantRuns(t, e.resolve(req2), []run{{0x1800, 0x100}})
+}
+
+// ---------------------------------------------------------------------------
+// Resolution, mode by mode.
+
+func TestResolvePA(t *testing.T) {
+	e := newTbench(t, klm.ConnectX5)
+	a := e.mapNew(0x10000, 0x1000)
+	e.mapNew(0x11000, 0x1000) // adjacent
+	e.mapNew(0x20000, 0x100)
+	k := e.create(paMkey(0x10800, 0x1000))
+	r := klm.Request{Key: k, PD: testPD, Addr: 0x10800, Len: 0x1000, Access: klm.LocalWrite}
+	wantRuns(t, e.resolve(r), []run{{0x10800, 0x800}, {0x11000, 0x800}})
+	// Segments are the mapped buffers themselves.
+	segs, err := e.tbl.Resolve(nil, r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	copy(segs[0], "written")
+	if string(a[0x800:0x807]) != "written" {
+		t.Fatal("a write through a resolved segment is not in the buffer")
+	}
+	// The reserved lkey is PA over all of memory, in any PD, local only.
+	for _, pd := range []uint32{0, testPD, 0xFFFFFF} {
+		wantRuns(t, e.resolve(klm.Request{Key: klm.ReservedLKey, PD: pd, Addr: 0x20010, Len: 0x20, Access: klm.LocalRead | klm.LocalWrite}), []run{{0x20010, 0x20}})
+	}
+	wantRuns(t, e.resolve(klm.Request{Key: klm.ReservedLKey, Addr: 0x10ff0, Len: 0x20, Access: klm.LocalRead}), []run{{0x10ff0, 0x10}, {0x11000, 0x10}})
+	for _, need := range []klm.Access{klm.RemoteRead, klm.RemoteWrite, klm.Atomic} {
+		e.wantFault(klm.Request{Key: klm.ReservedLKey, Addr: 0x20000, Len: 1, Access: need}, klm.FaultAccess, klm.ReservedLKey, 0)
+	}
+	e.wantFault(klm.Request{Key: klm.ReservedLKey, Addr: 0x200F0, Len: 0x20, Access: klm.LocalRead}, klm.FaultUnmapped, klm.ReservedLKey, 0)
+	e.wantFault(klm.Request{Key: klm.MakeKey(1, 1), Addr: 0x20000, Len: 1, Access: klm.LocalRead}, klm.FaultVariant, klm.MakeKey(1, 1), 0)
+}
+
+func TestResolveMTT(t *testing.T) {
+	e := newTbench(t, klm.ConnectX5)
+	e.mapNew(0x10000, 0x2000) // pages 0x10000 and 0x11000, one buffer
+	e.mapNew(0x30000, 0x1000)
+	e.mapNew(0x50000, 0x1000)
+	e.mapNew(0x60000, 0x1000) // separate buffers, contiguous IOVAs
+	e.mapNew(0x61000, 0x1000)
+	const base = 0x7000_0000_0000
+	const start = base + 0x800 // not page aligned: page 0 starts at base
+	k := e.create(mttMkey(start, 6<<12-0x800, 12,
+		rw(0x30000), rw(0x10000), rw(0x11000),
+		klm.MTTFields{Addr: 0x50000, Read: true},
+		rw(0x60000), rw(0x61000)))
+	req := func(off, n uint64, need klm.Access) klm.Request {
+		return klm.Request{Key: k, PD: testPD, Addr: start + off, Len: n, Access: need}
+	}
+	wantRuns(t, e.resolve(req(0, 0x800, klm.LocalRead)), []run{{0x30800, 0x800}})
+	wantRuns(t, e.resolve(req(0x400, 0x1000, klm.LocalRead)), []run{{0x30c00, 0x400}, {0x10000, 0xc00}})
+	// Pages 1 and 2 are contiguous in one buffer: one segment.
+	wantRuns(t, e.resolve(req(0x900, 0x1e00, klm.LocalWrite)), []run{{0x10100, 0x1e00}})
+	wantRuns(t, e.resolve(req(0x800, 0x2000, klm.LocalRead)), []run{{0x10000, 0x2000}})
+	// Contiguous pages in two buffers: two segments (one per buffer).
+	wantRuns(t, e.resolve(req(0x3800, 0x1800, klm.LocalRead)), []run{{0x60000, 0x1000}, {0x61000, 0x800}})
+	// Page 3 is read only.
+	wantRuns(t, e.resolve(req(0x2800, 0x1000, klm.LocalRead|klm.RemoteRead)), []run{{0x50000, 0x1000}})
+	f := e.wantFault(req(0x2000, 0x1000, klm.LocalWrite), klm.FaultAccess, k, 0)
+	if f.Need != klm.LocalWrite {
+		t.Errorf("fault need %v", f.Need)
+	}
+	e.wantFault(req(0x2800, 0x1000, klm.RemoteWrite), klm.FaultAccess, k, 0)
+	e.wantFault(req(0x2800, 1, klm.Atomic), klm.FaultAccess, k, 0)
+	e.wantFault(req(0x2800, 0x1000, klm.LocalRead|klm.LocalWrite), klm.FaultAccess, k, 0)
+	// Past the key's length.
+	e.wantFault(req(6<<12-0x800-1, 2, klm.LocalRead), klm.FaultRange, k, 0)
+	e.wantFault(klm.Request{Key: k, PD: testPD, Addr: start - 1, Len: 2, Access: klm.LocalRead}, klm.FaultRange, k, 0)
+
+	// Write-only page, unmapped page, entry address with low bits set.
+	k2 := e.create(mttMkey(base, 3<<12, 12,
+		klm.MTTFields{Addr: 0x30000, Write: true},
+		rw(0x40000),
+		rw(0x50000|0x7f0)))
+	r2 := func(off, n uint64, need klm.Access) klm.Request {
+		return klm.Request{Key: k2, PD: testPD, Addr: base + off, Len: n, Access: need}
+	}
+	wantRuns(t, e.resolve(r2(0x10, 0x10, klm.LocalWrite)), []run{{0x30010, 0x10}})
+	e.wantFault(r2(0x10, 0x10, klm.LocalRead), klm.FaultAccess, k2, 0)
+	e.wantFault(r2(0x10, 0x10, klm.RemoteRead), klm.FaultAccess, k2, 0)
+	e.wantFault(r2(0x1000, 0x10, klm.LocalRead), klm.FaultUnmapped, k2, 0)
+	// With no access asked for, the enable bits are not checked.
+	wantRuns(t, e.resolve(r2(0x10, 0x10, 0)), []run{{0x30010, 0x10}})
+	wantRuns(t, e.resolve(r2(0x2010, 0x10, klm.LocalRead)), []run{{0x50010, 0x10}})
+
+	// Length64: the key covers every address, the translation does not.
+	m := mttMkey(base, 0, 12, rw(0x30000), rw(0x50000))
+	m.Length64 = true
+	k3 := e.create(m)
+	wantRuns(t, e.resolve(klm.Request{Key: k3, PD: testPD, Addr: base + 0x1ff0, Len: 0x10, Access: klm.LocalRead}), []run{{0x51ff0 - 0x1000, 0x10}})
+	e.wantFault(klm.Request{Key: k3, PD: testPD, Addr: base + 0x1ff0, Len: 0x11, Access: klm.LocalRead}, klm.FaultRange, k3, 0)
+	e.wantFault(klm.Request{Key: k3, PD: testPD, Addr: base + 0x100000, Len: 1, Access: klm.LocalRead}, klm.FaultRange, k3, 0)
+
+	// A larger page size.
+	big := newTbench(t, klm.ConnectX5)
+	big.mapNew(1<<21, 1<<21)
+	k4 := big.create(mttMkey(0x4000_0000_0000+0x1234, 1<<21, 21, rw(1<<21), rw(1<<21)))
+	wantRuns(t, big.resolve(klm.Request{Key: k4, PD: testPD, Addr: 0x4000_0000_0000 + 1<<21 - 0x10, Len: 0x20, Access: klm.LocalRead}), []run{{1<<22 - 0x10, 0x10}, {1 << 21, 0x10}})
+}
+
+func TestResolveKLM(t *testing.T) {
+	e := newTbench(t, klm.ConnectX5)
+	e.mapNew(0x10000, 0x1000)
+	e.mapNew(0x20000, 0x1000)
+	e.mapNew(0x30000, 0x1000)
+	pa := e.create(paMkey(0x20000, 0x1000))
+	mtt := e.create(mttMkey(0x9000_0000, 0x2000, 12, rw(0x30000), rw(0x10000)))
+	const start = 0x5000
+	k := e.create(klmMkey(start, 0x380,
+		klm.KLMFields{ByteCount: 0x100, Key: klm.ReservedLKey, VA: 0x10f00},
+		klm.KLMFields{ByteCount: 0x80, Key: pa, VA: 0x20040},
+		klm.KLMFields{ByteCount: 0x200, Key: mtt, VA: 0x9000_0f00}))
+	req := func(off, n uint64) klm.Request {
+		return klm.Request{Key: k, PD: testPD, Addr: start + off, Len: n, Access: klm.LocalRead}
+	}
+	wantRuns(t, e.resolve(req(0, 0x380)), []run{{0x10f00, 0x100}, {0x20040, 0x80}, {0x30f00, 0x100}, {0x10000, 0x100}})
+	wantRuns(t, e.resolve(req(0xf0, 0x20)), []run{{0x10ff0, 0x10}, {0x20040, 0x10}})
+	wantRuns(t, e.resolve(req(0x100, 0x80)), []run{{0x20040, 0x80}})
+	wantRuns(t, e.resolve(req(0x17f, 0x2)), []run{{0x200bf, 1}, {0x30f00, 1}})
+	wantRuns(t, e.resolve(req(0x37f, 1)), []run{{0x100ff, 1}})
+	e.wantFault(req(0x37f, 2), klm.FaultRange, k, 0)
+	e.wantFault(klm.Request{Key: k, PD: testPD, Addr: start - 1, Len: 1, Access: klm.LocalRead}, klm.FaultRange, k, 0)
+
+	// Entries are taken until they cover Len: later ones are not parsed.
+	bogus := klm.KLMFields{ByteCount: 0x100, Key: klm.MakeKey(0x777, 0), VA: 0}
+	k2 := e.create(klmMkey(0, 0x100, klm.KLMFields{ByteCount: 0x100, Key: klm.ReservedLKey, VA: 0x10000}, bogus))
+	wantRuns(t, e.resolve(klm.Request{Key: k2, PD: testPD, Len: 0x100, Access: klm.LocalRead}), []run{{0x10000, 0x100}})
+	// With Length64, they are, until a zero byte count.
+	m := klmMkey(0, 0, klm.KLMFields{ByteCount: 0x100, Key: klm.ReservedLKey, VA: 0x10000}, bogus)
+	m.Length64 = true
+	k3 := e.create(m)
+	e.wantFault(klm.Request{Key: k3, PD: testPD, Addr: 0xf0, Len: 0x20, Access: klm.LocalRead}, klm.FaultBadIndex, bogus.Key, 1)
+	m = klmMkey(0, 0, klm.KLMFields{ByteCount: 0x100, Key: klm.ReservedLKey, VA: 0x10000}, klm.KLMFields{}, bogus)
+	m.Length64 = true
+	k4 := e.create(m)
+	wantRuns(t, e.resolve(klm.Request{Key: k4, PD: testPD, Addr: 0xf0, Len: 0x10, Access: klm.LocalRead}), []run{{0x100f0, 0x10}})
+	e.wantFault(klm.Request{Key: k4, PD: testPD, Addr: 0xf0, Len: 0x11, Access: klm.LocalRead}, klm.FaultRange, k4, 0)
+	// A zero byte count ends the list even before Len is covered.
+	k5 := e.create(klmMkey(0, 0x300,
+		klm.KLMFields{ByteCount: 0x100, Key: klm.ReservedLKey, VA: 0x10000},
+		klm.KLMFields{ByteCount: 0, Key: klm.ReservedLKey, VA: 0x20000},
+		klm.KLMFields{ByteCount: 0x100, Key: klm.ReservedLKey, VA: 0x30000}))
+	wantRuns(t, e.resolve(klm.Request{Key: k5, PD: testPD, Len: 0x100, Access: klm.LocalRead}), []run{{0x10000, 0x100}})
+	e.wantFault(klm.Request{Key: k5, PD: testPD, Addr: 0x100, Len: 1, Access: klm.LocalRead}, klm.FaultRange, k5, 0)
+	// A translation padded with garbage after the entries that cover Len.
+	xlt := append(klmXLT(klm.KLMFields{ByteCount: 0x40, Key: klm.ReservedLKey, VA: 0x10000}), bytes.Repeat([]byte{0xA5}, 48)...)
+	k6 := e.create(withXLT(klmMkey(0, 0x40), xlt))
+	wantRuns(t, e.resolve(klm.Request{Key: k6, PD: testPD, Len: 0x40, Access: klm.LocalRead}), []run{{0x10000, 0x40}})
+
+	// Inner keys get the local form of the access, in the same PD.
+	local := paMkey(0x10000, 0x1000)
+	local.Access = klm.LocalRead
+	lr := e.create(local)
+	outer := e.create(klmMkey(0, 0x100, klm.KLMFields{ByteCount: 0x100, Key: lr, VA: 0x10000}))
+	or := func(need klm.Access) klm.Request {
+		return klm.Request{Key: outer, PD: testPD, Len: 0x100, Access: need}
+	}
+	wantRuns(t, e.resolve(or(klm.RemoteRead)), []run{{0x10000, 0x100}})
+	wantRuns(t, e.resolve(or(klm.LocalRead)), []run{{0x10000, 0x100}})
+	for _, need := range []klm.Access{klm.RemoteWrite, klm.Atomic, klm.LocalWrite, klm.RemoteRead | klm.RemoteWrite} {
+		f := e.wantFault(or(need), klm.FaultAccess, lr, 1)
+		if f.Need != need.Local() {
+			t.Errorf("inner fault for %v needs %v, want %v", need, f.Need, need.Local())
+		}
+		if f.Addr != 0x10000 || f.Len != 0x100 {
+			t.Errorf("inner fault at %#x+%#x, want the inner key's range 0x10000+0x100", f.Addr, f.Len)
+		}
+	}
+	other := paMkey(0x10000, 0x1000)
+	other.PD = testPD + 1
+	op := e.create(other)
+	outer2 := e.create(klmMkey(0, 0x100, klm.KLMFields{ByteCount: 0x100, Key: op, VA: 0x10000}))
+	e.wantFault(klm.Request{Key: outer2, PD: testPD, Len: 0x10, Access: klm.LocalRead}, klm.FaultPD, op, 1)
+	e.wantFault(klm.Request{Key: outer2, PD: testPD + 1, Len: 0x10, Access: klm.LocalRead}, klm.FaultPD, outer2, 0)
+	// An inner key with AnyPD is fine in any PD.
+	other.AnyPD = true
+	anyk := e.create(other)
+	outer3 := e.create(klmMkey(0, 0x100, klm.KLMFields{ByteCount: 0x100, Key: anyk, VA: 0x10000}))
+	wantRuns(t, e.resolve(klm.Request{Key: outer3, PD: testPD, Len: 0x10, Access: klm.LocalRead}), []run{{0x10000, 0x10}})
+}
+
+func TestResolveKSM(t *testing.T) {
+	e := newTbench(t, klm.ConnectX5)
+	e.mapNew(0x100000, 0x4000)
+	pa := e.create(paMkey(0x100000, 0x4000))
+	mtt := e.create(mttMkey(0x8000_0000, 0x2000, 12, rw(0x103000), rw(0x100000)))
+	const start = 0x3000_0000_0100 // entities count from StartAddr
+	k := e.create(ksmMkey(start, 3<<12, 12,
+		klm.KSMFields{Key: klm.ReservedLKey, VA: 0x101000},
+		klm.KSMFields{Key: pa, VA: 0x100000},
+		klm.KSMFields{Key: mtt, VA: 0x8000_0800}))
+	req := func(off, n uint64) klm.Request {
+		return klm.Request{Key: k, PD: testPD, Addr: start + off, Len: n, Access: klm.LocalRead}
+	}
+	wantRuns(t, e.resolve(req(0, 0x10)), []run{{0x101000, 0x10}})
+	wantRuns(t, e.resolve(req(0xff0, 0x20)), []run{{0x101ff0, 0x10}, {0x100000, 0x10}})
+	wantRuns(t, e.resolve(req(0x1ff0, 0x1010)), []run{{0x100ff0, 0x10}, {0x103800, 0x800}, {0x100000, 0x800}})
+	e.wantFault(req(0x2ff0, 0x20), klm.FaultRange, k, 0)
+	// Length64: past the last entity is out of the translation.
+	m := ksmMkey(0, 0, 12, klm.KSMFields{Key: klm.ReservedLKey, VA: 0x101000})
+	m.Length64 = true
+	k2 := e.create(m)
+	wantRuns(t, e.resolve(klm.Request{Key: k2, PD: testPD, Addr: 0xff0, Len: 0x10, Access: klm.LocalRead}), []run{{0x101ff0, 0x10}})
+	e.wantFault(klm.Request{Key: k2, PD: testPD, Addr: 0xff0, Len: 0x11, Access: klm.LocalRead}, klm.FaultRange, k2, 0)
+	// An entity beyond its inner key's range faults in the inner key.
+	k3 := e.create(ksmMkey(0, 1<<12, 12, klm.KSMFields{Key: pa, VA: 0x103800}))
+	wantRuns(t, e.resolve(klm.Request{Key: k3, PD: testPD, Len: 0x800, Access: klm.LocalRead}), []run{{0x103800, 0x800}})
+	e.wantFault(klm.Request{Key: k3, PD: testPD, Len: 0x801, Access: klm.LocalRead}, klm.FaultRange, pa, 1)
+}
+
+func TestResolveRepeat(t *testing.T) {
+	e := newTbench(t, klm.ConnectX5)
+	e.mapNew(0x10000, 0x10000)
+	pa := e.create(paMkey(0x10000, 0x10000))
+	// Three entries: a gap after each a-block (stride > bcount), a constant
+	// b (stride 0) and an overlapping c (stride < bcount).
+	k := e.create(repeatMkey(0, 5*(16+4+8), 5,
+		klm.RepeatEntryFields{Stride: 32, ByteCount: 16, Key: klm.ReservedLKey, VA: 0x10000},
+		klm.RepeatEntryFields{Stride: 0, ByteCount: 4, Key: pa, VA: 0x18000},
+		klm.RepeatEntryFields{Stride: 4, ByteCount: 8, Key: klm.ReservedLKey, VA: 0x1c000}))
+	var want []run
+	for c := range uint64(5) {
+		want = append(want, run{0x10000 + 32*c, 16}, run{0x18000, 4}, run{0x1c000 + 4*c, 8})
+	}
+	wantRuns(t, e.resolve(klm.Request{Key: k, PD: testPD, Len: 5 * 28, Access: klm.LocalRead}), want)
+	// A part of the stream: the end of cycle 1's a-block to cycle 2's b.
+	wantRuns(t, e.resolve(klm.Request{Key: k, PD: testPD, Addr: 28 + 10, Len: 6 + 4 + 8 + 16 + 2, Access: klm.LocalRead}),
+		[]run{{0x10020 + 10, 6}, {0x18000, 4}, {0x1c004, 8}, {0x10040, 16}, {0x18000, 2}})
+	wantRuns(t, e.resolve(klm.Request{Key: k, PD: testPD, Addr: 4*28 + 27, Len: 1, Access: klm.LocalRead}), []run{{0x1c010 + 7, 1}})
+	e.wantFault(klm.Request{Key: k, PD: testPD, Addr: 4*28 + 27, Len: 2, Access: klm.LocalRead}, klm.FaultRange, k, 0)
+	// Len may be shorter than the cycles; Length64 uses them all.
+	m := repeatMkey(0x100, 0, 2, klm.RepeatEntryFields{Stride: 16, ByteCount: 16, Key: klm.ReservedLKey, VA: 0x10000})
+	m.Length64 = true
+	k2 := e.create(m)
+	wantRuns(t, e.resolve(klm.Request{Key: k2, PD: testPD, Addr: 0x100, Len: 32, Access: klm.LocalRead}), []run{{0x10000, 16}, {0x10010, 16}})
+	e.wantFault(klm.Request{Key: k2, PD: testPD, Addr: 0x100, Len: 33, Access: klm.LocalRead}, klm.FaultRange, k2, 0)
+	// Zero cycles map nothing.
+	k3 := e.create(repeatMkey(0, 16, 0, klm.RepeatEntryFields{Stride: 16, ByteCount: 16, Key: klm.ReservedLKey, VA: 0x10000}))
+	e.wantFault(klm.Request{Key: k3, PD: testPD, Len: 1, Access: klm.LocalRead}, klm.FaultRange, k3, 0)
+	// Zero-length entries are skipped.
+	k4 := e.create(repeatMkey(0, 2*8, 2,
+		klm.RepeatEntryFields{Stride: 0, ByteCount: 0, Key: klm.MakeKey(0x777, 0)},
+		klm.RepeatEntryFields{Stride: 0x100, ByteCount: 4, Key: klm.ReservedLKey, VA: 0x10000},
+		klm.RepeatEntryFields{Stride: 0, ByteCount: 0, Key: klm.MakeKey(0x777, 0)},
+		klm.RepeatEntryFields{Stride: 0x100, ByteCount: 4, Key: klm.ReservedLKey, VA: 0x10080},
+		klm.RepeatEntryFields{Stride: 0, ByteCount: 0, Key: klm.MakeKey(0x777, 0)}))
+	wantRuns(t, e.resolve(klm.Request{Key: k4, PD: testPD, Len: 16, Access: klm.LocalRead}), []run{{0x10000, 4}, {0x10080, 4}, {0x10100, 4}, {0x10180, 4}})
+	// An entry faulting in its inner key.
+	k5 := e.create(repeatMkey(0, 3*8, 3,
+		klm.RepeatEntryFields{Stride: 0x8000, ByteCount: 8, Key: pa, VA: 0x10000}))
+	wantRuns(t, e.resolve(klm.Request{Key: k5, PD: testPD, Len: 16, Access: klm.LocalRead}), []run{{0x10000, 8}, {0x18000, 8}})
+	e.wantFault(klm.Request{Key: k5, PD: testPD, Len: 17, Access: klm.LocalRead}, klm.FaultRange, pa, 1)
+}
+
+// ---------------------------------------------------------------------------
+// The signature translation of mlx5-integrity.md §2.4 and the three PI-MR
+// mapping modes of §2.1.
+
+// sigMkey is a signature key as WQE 2 of REG_MR_INTEGRITY leaves it
+// (§2.3): zero based, KLM mode, a 4-octoword translation, a BSF.
+func sigMkey(length uint64, xlt []byte) klm.Mkey {
+	x := make([]byte, 64)
+	copy(x, xlt)
+	return klm.Mkey{
+		PD: testPD, Access: klm.LocalRead | klm.LocalWrite | klm.RemoteRead | klm.RemoteWrite,
+		UMREnabled: true, Mode: klm.ModeKLM, StartAddr: 0, Len: length, QPN: 0xFFFFFF,
+		RemoteInvalidate: true, BSFEnabled: true, BSF: make([]byte, 64), ExpectedSigErr: 1,
+		XLTOctowords: 4, XLT: x,
+	}
+}
+
+// sigXLT is the strided translation of §2.4 for 512-byte intervals.
+func sigXLT(blocks uint32, dataKey klm.Key, dataVA uint64, protKey klm.Key, protVA uint64) []byte {
+	return repeatXLT(klm.RepeatCtrlFields{BytesPerCycle: 512 + 8, Op: klm.RepeatBlockOp, RepeatCount: blocks, NumEntries: 2},
+		klm.RepeatEntryFields{Stride: 512, ByteCount: 512, Key: dataKey, VA: dataVA},
+		klm.RepeatEntryFields{Stride: 8, ByteCount: 8, Key: protKey, VA: protVA})
+}
+
+// interleaved returns the runs of a 520-byte interleaved stream of blocks
+// whose data byte i is at data(i) and PI byte i at pi(i), coalesced.
+func interleaved(blocks int, data, pi func(i uint64) uint64) []run {
+	var rs []run
+	add := func(a uint64) {
+		if n := len(rs); n > 0 && rs[n-1].IOVA+rs[n-1].Len == a {
+			rs[n-1].Len++
+			return
+		}
+		rs = append(rs, run{a, 1})
+	}
+	for b := range uint64(blocks) {
+		for i := range uint64(512) {
+			add(data(b*512 + i))
+		}
+		for i := range uint64(8) {
+			add(pi(b*8 + i))
+		}
+	}
+	return rs
+}
+
+func TestWorkedExampleStrided(t *testing.T) {
+	e := newTbench(t, klm.ConnectX5)
+	data := e.mapNew(0x10000, 8*512)
+	meta := e.mapNew(0x20000, 64)
+	// The PI MR: zero based, KLM, data then metadata through the reserved
+	// lkey; its key must be 0x00001234.
+	e.burnIndices(0x12)
+	pimr := klm.Mkey{
+		Variant: 0x34, PD: testPD, Access: klm.LocalRead | klm.LocalWrite | klm.RemoteRead | klm.RemoteWrite,
+		UMREnabled: true, Mode: klm.ModeKLM, StartAddr: 0, Len: 4096 + 64, QPN: 0xFFFFFF, RemoteInvalidate: true,
+		XLTOctowords: 8,
+		XLT: klmXLT(
+			klm.KLMFields{ByteCount: 4096, Key: klm.ReservedLKey, VA: 0x10000},
+			klm.KLMFields{ByteCount: 64, Key: klm.ReservedLKey, VA: 0x20000}),
+	}
+	piKey := e.create(pimr)
+	if piKey != 0x00001234 {
+		t.Fatalf("PI MR key %v, want 0x00001234", piKey)
+	}
+	xlt := sigXLT(8, piKey, 0, piKey, 4096)
+	golden := unhex(t, `
+		00 00 02 08  00 00 04 00  00 00 00 08  00 00 00 02
+		02 00 02 00  00 00 12 34  00 00 00 00 00 00 00 00
+		00 08 00 08  00 00 12 34  00 00 00 00 00 00 10 00`)
+	if !bytes.Equal(xlt, golden) {
+		t.Fatalf("signature translation\n% x\nwant\n% x", xlt, golden)
+	}
+	sig := sigMkey(4096+64, xlt)
+	if !bytes.Equal(sig.XLT[48:], make([]byte, 16)) {
+		t.Fatal("pad is not zero")
+	}
+	sigKey := e.create(sig)
+
+	segs, err := e.tbl.Resolve(make([][]byte, 0, 16), klm.Request{Key: sigKey, PD: testPD, Len: 4160, Access: klm.LocalRead})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(segs) != 16 {
+		t.Fatalf("%d segments, want 16 (data block, PI, ...)", len(segs))
+	}
+	for i := range 8 {
+		d, p := segs[2*i], segs[2*i+1]
+		if unsafe.SliceData(d) != &data[512*i] || len(d) != 512 {
+			t.Fatalf("segment %d is not data block %d", 2*i, i)
+		}
+		if unsafe.SliceData(p) != &meta[8*i] || len(p) != 8 {
+			t.Fatalf("segment %d is not PI %d", 2*i+1, i)
+		}
+	}
+	// The stream, gathered, is the 520-byte interleaved format.
+	var stream []byte
+	for _, s := range segs {
+		stream = append(stream, s...)
+	}
+	for i := range 8 {
+		if !bytes.Equal(stream[520*i:520*i+512], data[512*i:512*(i+1)]) || !bytes.Equal(stream[520*i+512:520*(i+1)], meta[8*i:8*(i+1)]) {
+			t.Fatalf("block %d of the gathered stream", i)
+		}
+	}
+	// Scatter: writes through the segments land in the two buffers.
+	segs, err = e.tbl.Resolve(segs[:0], klm.Request{Key: sigKey, PD: testPD, Addr: 520 + 510, Len: 12, Access: klm.RemoteWrite})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantRuns(t, e.runs(segs), []run{{0x10000 + 512 + 510, 2}, {0x20008, 8}, {0x10000 + 1024, 2}})
+	n := 0
+	for _, s := range segs {
+		for j := range s {
+			s[j] = byte(0xC0 + n)
+			n++
+		}
+	}
+	if data[1022] != 0xC0 || data[1023] != 0xC1 || meta[8] != 0xC2 || meta[15] != 0xC9 || data[1024] != 0xCA || data[1025] != 0xCB {
+		t.Fatal("scattered bytes are not in the data and metadata buffers")
+	}
+	// The stream ends after 8 cycles (and the key's length).
+	e.wantFault(klm.Request{Key: sigKey, PD: testPD, Addr: 4159, Len: 2, Access: klm.LocalRead}, klm.FaultRange, sigKey, 0)
+}
+
+func TestPIMRModes(t *testing.T) {
+	const blocks = 8
+	const dataLen, metaLen = blocks * 512, blocks * 8
+	cases := []struct {
+		name string
+		// setup maps the buffers, creates the PI MR if any and returns the
+		// signature translation's keys and addresses, and where data and
+		// PI byte i are.
+		setup func(e *tbench) (dk klm.Key, dva uint64, pk klm.Key, pva uint64, data, pi func(uint64) uint64)
+		segs  int // segments of the whole stream, 0: not checked
+	}{
+		{"PA", func(e *tbench) (klm.Key, uint64, klm.Key, uint64, func(uint64) uint64, func(uint64) uint64) {
+			// One data and one metadata SG entry: local_dma_lkey, DMA addresses.
+			e.mapNew(0x10000, 0x3000)
+			e.mapNew(0x20000, 0x1000)
+			const d, m = 0x10100, 0x20040
+			return klm.ReservedLKey, d, klm.ReservedLKey, m,
+				func(i uint64) uint64 { return d + i }, func(i uint64) uint64 { return m + i }
+		}, 2 * blocks},
+		{"MTT", func(e *tbench) (klm.Key, uint64, klm.Key, uint64, func(uint64) uint64, func(uint64) uint64) {
+			// Data spans two pages from an unaligned start; metadata is in
+			// a third page. pi_iova follows the data pages (§2.1).
+			const P = 0x1000
+			e.mapNew(0x4000_0000, 2*P)
+			e.mapNew(0x5000_0000, P)
+			const d, m = 0x4000_0200, 0x5000_0040
+			piIOVA := uint64(d&^(P-1)) + 2*P + m&(P-1)
+			k := e.create(klm.Mkey{
+				PD: testPD, Access: klm.LocalRead | klm.LocalWrite | klm.RemoteRead | klm.RemoteWrite, UMREnabled: true,
+				Mode: klm.ModeMTT, StartAddr: d, Len: piIOVA + metaLen - d, LogPageSize: 12, QPN: 0xFFFFFF,
+				XLTOctowords: 4, XLT: mttXLT(rw(0x4000_0000), rw(0x4000_1000), rw(0x5000_0000)),
+			})
+			return k, d, k, piIOVA, func(i uint64) uint64 { return d + i }, func(i uint64) uint64 { return m + i }
+		}, 2 * blocks},
+		{"KLM", func(e *tbench) (klm.Key, uint64, klm.Key, uint64, func(uint64) uint64, func(uint64) uint64) {
+			// Two data and two metadata SG entries, not page aligned.
+			e.mapNew(0x6000_0000, 1000)
+			e.mapNew(0x6100_0000, dataLen-1000)
+			e.mapNew(0x6200_0000, 20)
+			e.mapNew(0x6300_0000, metaLen-20)
+			k := e.create(klm.Mkey{
+				PD: testPD, Access: klm.LocalRead | klm.LocalWrite | klm.RemoteRead | klm.RemoteWrite, UMREnabled: true,
+				Mode: klm.ModeKLM, StartAddr: 0, Len: dataLen + metaLen, QPN: 0xFFFFFF, XLTOctowords: 8,
+				XLT: klmXLT(
+					klm.KLMFields{ByteCount: 1000, Key: klm.ReservedLKey, VA: 0x6000_0000},
+					klm.KLMFields{ByteCount: dataLen - 1000, Key: klm.ReservedLKey, VA: 0x6100_0000},
+					klm.KLMFields{ByteCount: 20, Key: klm.ReservedLKey, VA: 0x6200_0000},
+					klm.KLMFields{ByteCount: metaLen - 20, Key: klm.ReservedLKey, VA: 0x6300_0000}),
+			})
+			data := func(i uint64) uint64 {
+				if i < 1000 {
+					return 0x6000_0000 + i
+				}
+				return 0x6100_0000 + i - 1000
+			}
+			pi := func(i uint64) uint64 {
+				if i < 20 {
+					return 0x6200_0000 + i
+				}
+				return 0x6300_0000 + i - 20
+			}
+			return k, 0, k, dataLen, data, pi
+		}, 2*blocks + 2},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			e := newTbench(t, klm.ConnectX5)
+			dk, dva, pk, pva, data, pi := c.setup(e)
+			sig := e.create(sigMkey(dataLen+metaLen, sigXLT(blocks, dk, dva, pk, pva)))
+			for _, need := range []klm.Access{klm.LocalRead, klm.LocalWrite, klm.RemoteRead, klm.RemoteWrite} {
+				got := e.resolve(klm.Request{Key: sig, PD: testPD, Len: dataLen + metaLen, Access: need})
+				if c.segs != 0 && len(got) != c.segs {
+					t.Errorf("%v: %d segments, want %d: %v", need, len(got), c.segs, got)
+				}
+				wantRuns(t, coalesce(got), interleaved(blocks, data, pi))
+			}
+			// Every window of the stream.
+			for _, w := range []struct{ off, n uint64 }{{0, 1}, {511, 2}, {512, 8}, {519, 1}, {1000, 600}, {3 * 520, 520}, {4159, 1}} {
+				got := e.resolve(klm.Request{Key: sig, PD: testPD, Addr: w.off, Len: w.n, Access: klm.RemoteRead})
+				var want []run
+				for s := w.off; s < w.off+w.n; s++ {
+					c, o := s/520, s%520
+					a := pi(c*8 + o - 512)
+					if o < 512 {
+						a = data(c*512 + o)
+					}
+					want = append(want, run{a, 1})
+				}
+				wantRuns(t, coalesce(got), coalesce(want))
+			}
+			// Remote atomics are not granted by the signature key.
+			e.wantFault(klm.Request{Key: sig, PD: testPD, Len: 8, Access: klm.Atomic}, klm.FaultAccess, sig, 0)
+		})
+	}
+}
+
+// ---------------------------------------------------------------------------
+// Every fault kind.
+
+func TestFaultKinds(t *testing.T) {
+	e := newTbench(t, klm.ConnectX5)
+	e.mapNew(0x10000, 0x1000)
+	e.mapNew(0x20000, 0x1000)
+	pa := e.create(paMkey(0x10000, 0x1000))
+	otherPD := paMkey(0x10000, 0x1000)
+	otherPD.PD = testPD + 1
+	pa2 := e.create(otherPD)
+	localOnly := paMkey(0x10000, 0x1000)
+	localOnly.Access = klm.LocalRead | klm.LocalWrite
+	lo := e.create(localOnly)
+	free := e.create(klm.Mkey{Free: true, PD: testPD, Access: klm.AccessMask, Mode: klm.ModeKLM, XLTOctowords: 4})
+	whole := paMkey(0, 0)
+	whole.Length64 = true
+	pa64 := e.create(whole)
+	mtt := e.create(mttMkey(0x100000, 0x3000, 12, rw(0x10000), klm.MTTFields{Addr: 0x20000, Read: true}, rw(0x30000)))
+	short := e.create(klmMkey(0, 0x200, klm.KLMFields{ByteCount: 0x100, Key: pa, VA: 0x10000}))
+	mttShort := e.create(mttMkey(0x200000, 0x2000, 12, rw(0x10000)))
+	innerBad := e.create(klmMkey(0, 0x10, klm.KLMFields{ByteCount: 0x10, Key: klm.MakeKey(0x998, 0), VA: 0}))
+	// A chain of indirect keys: c[0] → pa, c[i] → c[i-1].
+	var chain []klm.Key
+	prev := pa
+	for i := range 5 {
+		va := uint64(0x10000)
+		if i > 0 {
+			va = 0
+		}
+		prev = e.create(klmMkey(0, 0x100, klm.KLMFields{ByteCount: 0x100, Key: prev, VA: va}))
+		chain = append(chain, prev)
+	}
+	// Cycles: a key that points to itself, and a → b → a.
+	self := e.create(klm.Mkey{Free: true, PD: testPD, Access: klm.AccessMask, Mode: klm.ModeKLM, UMREnabled: true, XLTOctowords: 4})
+	point := func(k klm.Key, to klm.Key) {
+		t.Helper()
+		if err := e.tbl.Update(k.Index(), func(cur *klm.Mkey) (*klm.Mkey, error) {
+			n := cur.Clone()
+			n.Free, n.Len = false, 0x100
+			n.XLT = klmXLT(klm.KLMFields{ByteCount: 0x100, Key: to, VA: 0})
+			return n, nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	point(self, self)
+	a := e.create(klm.Mkey{Free: true, PD: testPD, Access: klm.AccessMask, Mode: klm.ModeKLM, XLTOctowords: 4})
+	b := e.create(klm.Mkey{Free: true, PD: testPD, Access: klm.AccessMask, Mode: klm.ModeKLM, XLTOctowords: 4})
+	point(a, b)
+	point(b, a)
+	// A KSM key whose entity is a cycle through a KLM key.
+	ksmCyc := e.create(klm.Mkey{Free: true, PD: testPD, Access: klm.AccessMask, Mode: klm.ModeKSM, LogPageSize: 12, XLTOctowords: 4})
+	klmToKsm := e.create(klmMkey(0, 0x100, klm.KLMFields{ByteCount: 0x100, Key: ksmCyc, VA: 0}))
+	if err := e.tbl.Update(ksmCyc.Index(), func(cur *klm.Mkey) (*klm.Mkey, error) {
+		n := cur.Clone()
+		n.Free, n.Len, n.XLT = false, 0x1000, ksmXLT(klm.KSMFields{Key: klmToKsm, VA: 0})
+		return n, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+
+	lr := klm.LocalRead
+	type req = klm.Request
+	cases := []struct {
+		name  string
+		r     req
+		kind  klm.FaultKind
+		key   klm.Key
+		depth int
+	}{
+		{"index 0", req{Key: 0x000000FF, PD: testPD, Len: 1, Access: lr}, klm.FaultBadIndex, 0xFF, 0},
+		{"reserved index 2", req{Key: klm.MakeKey(2, 0), PD: testPD, Len: 1, Access: lr}, klm.FaultBadIndex, klm.MakeKey(2, 0), 0},
+		{"reserved index 4 (repeat marker)", req{Key: 0x400, PD: testPD, Len: 1, Access: lr}, klm.FaultBadIndex, 0x400, 0},
+		{"index never created", req{Key: klm.MakeKey(0x999, 0), PD: testPD, Len: 1, Access: lr}, klm.FaultBadIndex, klm.MakeKey(0x999, 0), 0},
+		{"index past MaxMkeys", req{Key: klm.MakeKey(1<<20, 0), PD: testPD, Len: 1, Access: lr}, klm.FaultBadIndex, klm.MakeKey(1<<20, 0), 0},
+		{"index max", req{Key: 0xFFFFFFFF, PD: testPD, Len: 1, Access: lr}, klm.FaultBadIndex, 0xFFFFFFFF, 0},
+		{"free", req{Key: free, PD: testPD, Len: 1, Access: lr}, klm.FaultFree, free, 0},
+		{"free, wrong variant", req{Key: free + 1, PD: testPD, Len: 1, Access: lr}, klm.FaultFree, free + 1, 0},
+		{"variant", req{Key: pa ^ 0x80, PD: testPD, Addr: 0x10000, Len: 1, Access: lr}, klm.FaultVariant, pa ^ 0x80, 0},
+		{"variant before PD", req{Key: pa ^ 1, PD: 99, Addr: 0x10000, Len: 1, Access: lr}, klm.FaultVariant, pa ^ 1, 0},
+		{"PD", req{Key: pa2, PD: testPD, Addr: 0x10000, Len: 1, Access: lr}, klm.FaultPD, pa2, 0},
+		{"PD before access", req{Key: lo, PD: 0, Addr: 0x10000, Len: 1, Access: klm.RemoteRead}, klm.FaultPD, lo, 0},
+		{"access", req{Key: lo, PD: testPD, Addr: 0x10000, Len: 1, Access: klm.RemoteRead}, klm.FaultAccess, lo, 0},
+		{"access atomic", req{Key: lo, PD: testPD, Addr: 0x10000, Len: 1, Access: klm.Atomic}, klm.FaultAccess, lo, 0},
+		{"access unknown bit", req{Key: pa, PD: testPD, Addr: 0x10000, Len: 1, Access: 0x80}, klm.FaultAccess, pa, 0},
+		{"access before range", req{Key: lo, PD: testPD, Addr: 0, Len: 1, Access: klm.RemoteWrite}, klm.FaultAccess, lo, 0},
+		{"MTT write enable", req{Key: mtt, PD: testPD, Addr: 0x101000, Len: 1, Access: klm.LocalWrite}, klm.FaultAccess, mtt, 0},
+		{"range below", req{Key: pa, PD: testPD, Addr: 0xFFFF, Len: 1, Access: lr}, klm.FaultRange, pa, 0},
+		{"range above", req{Key: pa, PD: testPD, Addr: 0x10FFF, Len: 2, Access: lr}, klm.FaultRange, pa, 0},
+		{"range after", req{Key: pa, PD: testPD, Addr: 0x11000, Len: 1, Access: lr}, klm.FaultRange, pa, 0},
+		{"range huge", req{Key: pa, PD: testPD, Addr: 0x10000, Len: 1 << 63, Access: lr}, klm.FaultRange, pa, 0},
+		{"range wraps", req{Key: pa64, PD: testPD, Addr: ^uint64(0) - 1, Len: 4, Access: lr}, klm.FaultRange, pa64, 0},
+		{"range past translation (KLM)", req{Key: short, PD: testPD, Addr: 0xF0, Len: 0x20, Access: lr}, klm.FaultRange, short, 0},
+		{"range past translation (MTT)", req{Key: mttShort, PD: testPD, Addr: 0x200FFF, Len: 2, Access: lr}, klm.FaultRange, mttShort, 0},
+		{"inner index", req{Key: innerBad, PD: testPD, Len: 1, Access: lr}, klm.FaultBadIndex, klm.MakeKey(0x998, 0), 1},
+		{"depth", req{Key: chain[4], PD: testPD, Len: 1, Access: lr}, klm.FaultDepth, chain[0], 4},
+		{"cycle self", req{Key: self, PD: testPD, Len: 1, Access: lr}, klm.FaultCycle, self, 1},
+		{"cycle a b a", req{Key: a, PD: testPD, Len: 1, Access: lr}, klm.FaultCycle, a, 2},
+		{"cycle b a b", req{Key: b, PD: testPD, Len: 1, Access: lr}, klm.FaultCycle, b, 2},
+		{"cycle through KSM", req{Key: ksmCyc, PD: testPD, Len: 1, Access: lr}, klm.FaultCycle, ksmCyc, 2},
+		{"unmapped PA", req{Key: pa64, PD: testPD, Addr: 0x30000, Len: 1, Access: lr}, klm.FaultUnmapped, pa64, 0},
+		{"unmapped PA straddle", req{Key: pa64, PD: testPD, Addr: 0x10FFF, Len: 2, Access: lr}, klm.FaultUnmapped, pa64, 0},
+		{"unmapped MTT", req{Key: mtt, PD: testPD, Addr: 0x102000, Len: 1, Access: lr}, klm.FaultUnmapped, mtt, 0},
+		{"unmapped reserved", req{Key: klm.ReservedLKey, PD: testPD, Addr: 0x40000, Len: 1, Access: lr}, klm.FaultUnmapped, klm.ReservedLKey, 0},
+	}
+	for _, c := range cases {
+		f := e.wantFault(c.r, c.kind, c.key, c.depth)
+		if f.Need != c.r.Access && c.depth == 0 {
+			t.Errorf("%s: fault need %v, want %v", c.name, f.Need, c.r.Access)
+		}
+		if !strings.Contains(f.Error(), c.kind.String()) {
+			t.Errorf("%s: %q lacks the kind", c.name, f.Error())
+		}
+	}
+	// Exactly MaxIndirection indirect keys are fine.
+	wantRuns(t, e.resolve(klm.Request{Key: chain[3], PD: testPD, Len: 0x100, Access: lr}), []run{{0x10000, 0x100}})
+	// With MaxIndirection 1 the same chain faults earlier.
+	caps := klm.ConnectX5
+	caps.MaxIndirection = 1
+	e1 := newTbench(t, caps)
+	e1.mapNew(0x10000, 0x100)
+	k1 := e1.create(klmMkey(0, 0x100, klm.KLMFields{ByteCount: 0x100, Key: klm.ReservedLKey, VA: 0x10000}))
+	k2 := e1.create(klmMkey(0, 0x100, klm.KLMFields{ByteCount: 0x100, Key: k1, VA: 0}))
+	wantRuns(t, e1.resolve(klm.Request{Key: k1, PD: testPD, Len: 0x100, Access: lr}), []run{{0x10000, 0x100}})
+	e1.wantFault(klm.Request{Key: k2, PD: testPD, Len: 1, Access: lr}, klm.FaultDepth, k1, 1)
+	// A PA or MTT key below the indirect keys does not count.
+	caps.MaxIndirection = 0
+	e0 := newTbench(t, caps)
+	e0.mapNew(0x10000, 0x100)
+	k0 := e0.create(klmMkey(0, 0x100, klm.KLMFields{ByteCount: 0x100, Key: klm.ReservedLKey, VA: 0x10000}))
+	wantRuns(t, e0.resolve(klm.Request{Key: klm.ReservedLKey, PD: testPD, Addr: 0x10000, Len: 0x100, Access: lr}), []run{{0x10000, 0x100}})
+	e0.wantFault(klm.Request{Key: k0, PD: testPD, Len: 1, Access: lr}, klm.FaultDepth, k0, 0)
+}
+
+// TestFaultTranslation reaches FaultTranslation the only way the API
+// allows: a published key whose translation was never parsed (a free key)
+// made not free behind the table's back. Create and Update refuse a
+// translation that does not parse, so a table never publishes one.
+func TestFaultTranslation(t *testing.T) {
+	e := newTbench(t, klm.ConnectX5)
+	k := e.create(klm.Mkey{Free: true, PD: testPD, Access: klm.AccessMask, Mode: klm.ModeKLM, Len: 0x100, XLTOctowords: 1})
+	e.tbl.Lookup(k.Index()).Free = false
+	e.wantFault(klm.Request{Key: k, PD: testPD, Len: 1, Access: klm.LocalRead}, klm.FaultTranslation, k, 0)
+	e.wantFault(klm.Request{Key: k, PD: testPD, Len: 0, Access: klm.LocalRead}, klm.FaultTranslation, k, 0)
+	// And as an inner key.
+	outer := e.create(klmMkey(0, 0x10, klm.KLMFields{ByteCount: 0x10, Key: k, VA: 0}))
+	e.wantFault(klm.Request{Key: outer, PD: testPD, Len: 1, Access: klm.LocalRead}, klm.FaultTranslation, k, 1)
+}
+
+func TestZeroLength(t *testing.T) {
+	e := newTbench(t, klm.ConnectX5)
+	pa := e.create(paMkey(0x10000, 0x1000)) // nothing mapped
+	short := e.create(klmMkey(0, 0x200, klm.KLMFields{ByteCount: 0x100, Key: klm.MakeKey(0x999, 0), VA: 0}))
+	free := e.create(klm.Mkey{Free: true, PD: testPD})
+	lo := paMkey(0, 0x10)
+	lo.Access = klm.LocalRead
+	lok := e.create(lo)
+	z := func(k klm.Key, pd uint32, addr uint64, need klm.Access) klm.Request {
+		return klm.Request{Key: k, PD: pd, Addr: addr, Len: 0, Access: need}
+	}
+	// Fine: the key checks pass; nothing is translated.
+	for _, r := range []klm.Request{
+		z(pa, testPD, 0x10000, klm.LocalRead),
+		z(pa, testPD, 0x11000, klm.LocalRead), // the end of the key
+		z(short, testPD, 0x150, klm.LocalRead),
+		z(klm.ReservedLKey, 0, 0x999, klm.LocalWrite),
+		z(lok, testPD, 0x10, klm.LocalRead),
+	} {
+		if segs := e.resolve(r); len(segs) != 0 {
+			t.Errorf("zero-length %+v gave segments %v", r, segs)
+		}
+	}
+	// The key is still checked.
+	e.wantFault(z(klm.MakeKey(0x999, 0), testPD, 0, klm.LocalRead), klm.FaultBadIndex, klm.MakeKey(0x999, 0), 0)
+	e.wantFault(z(free, testPD, 0, klm.LocalRead), klm.FaultFree, free, 0)
+	e.wantFault(z(pa+1, testPD, 0x10000, klm.LocalRead), klm.FaultVariant, pa+1, 0)
+	e.wantFault(z(pa, testPD+1, 0x10000, klm.LocalRead), klm.FaultPD, pa, 0)
+	e.wantFault(z(lok, testPD, 0, klm.LocalWrite), klm.FaultAccess, lok, 0)
+	e.wantFault(z(klm.ReservedLKey, 0, 0, klm.RemoteRead), klm.FaultAccess, klm.ReservedLKey, 0)
+	e.wantFault(z(pa, testPD, 0xFFFF, klm.LocalRead), klm.FaultRange, pa, 0)
+	e.wantFault(z(pa, testPD, 0x11001, klm.LocalRead), klm.FaultRange, pa, 0)
+}
+
+// TestSegsUnchangedOnFault: a fault deep in a translation, after earlier
+// parts resolved, still returns the caller's segs as they were.
+func TestSegsUnchangedOnFault(t *testing.T) {
+	e := newTbench(t, klm.ConnectX5)
+	e.mapNew(0x10000, 0x1000)
+	e.mapNew(0x30000, 0x1000)
+	mtt := e.create(mttMkey(0x100000, 0x3000, 12, rw(0x10000), rw(0x30000), rw(0x20000)))
+	k := e.create(klmMkey(0, 0x400,
+		klm.KLMFields{ByteCount: 0x100, Key: klm.ReservedLKey, VA: 0x10000},
+		klm.KLMFields{ByteCount: 0x100, Key: mtt, VA: 0x100F80},
+		klm.KLMFields{ByteCount: 0x100, Key: mtt, VA: 0x101F80}, // into the unmapped page
+		klm.KLMFields{ByteCount: 0x100, Key: klm.ReservedLKey, VA: 0x10000}))
+	for _, capacity := range []int{2, 3, 5, 64} {
+		segs := make([][]byte, 2, capacity)
+		copy(segs, sentinel)
+		out, err := e.tbl.Resolve(segs, klm.Request{Key: k, PD: testPD, Len: 0x400, Access: klm.LocalRead})
+		var f *klm.Fault
+		if !errors.As(err, &f) || f.Kind != klm.FaultUnmapped || f.Key != mtt || f.Depth != 1 {
+			t.Fatalf("cap %d: %v", capacity, err)
+		}
+		if len(out) != 2 || (capacity == 64 && unsafe.SliceData(out) != unsafe.SliceData(segs)) {
+			t.Fatalf("cap %d: %d segments back", capacity, len(out))
+		}
+		checkSentinel(t, out)
+	}
+}
+
+// ---------------------------------------------------------------------------
+// No allocations, concurrency.
+
+func TestResolveDoesNotAllocate(t *testing.T) {
+	if raceEnabled {
+		t.Skip("allocation counts are not meaningful under the race detector")
+	}
+	e := newTbench(t, klm.ConnectX5)
+	e.mapNew(0x10000, 0x10000)
+	pa := e.create(paMkey(0x10000, 0x10000))
+	mtt := e.create(mttMkey(0x100000, 0x4000, 12, rw(0x13000), rw(0x11000), rw(0x12000), rw(0x10000)))
+	kl := e.create(klmMkey(0, 0x4000,
+		klm.KLMFields{ByteCount: 0x1000, Key: pa, VA: 0x10000},
+		klm.KLMFields{ByteCount: 0x1000, Key: mtt, VA: 0x100000},
+		klm.KLMFields{ByteCount: 0x2000, Key: klm.ReservedLKey, VA: 0x14000}))
+	ks := e.create(ksmMkey(0, 0x3000, 12,
+		klm.KSMFields{Key: kl, VA: 0x800}, klm.KSMFields{Key: mtt, VA: 0x101000}, klm.KSMFields{Key: klm.ReservedLKey, VA: 0x18000}))
+	rep := e.create(repeatMkey(0, 8*520, 8,
+		klm.RepeatEntryFields{Stride: 512, ByteCount: 512, Key: kl, VA: 0},
+		klm.RepeatEntryFields{Stride: 8, ByteCount: 8, Key: klm.ReservedLKey, VA: 0x1F000}))
+	segs := make([][]byte, 0, 64)
+	for name, r := range map[string]klm.Request{
+		"PA":     {Key: pa, PD: testPD, Addr: 0x10100, Len: 0x1000, Access: klm.LocalRead},
+		"MTT":    {Key: mtt, PD: testPD, Addr: 0x100100, Len: 0x3000, Access: klm.LocalRead},
+		"KLM":    {Key: kl, PD: testPD, Addr: 0x800, Len: 0x3000, Access: klm.RemoteRead},
+		"KSM":    {Key: ks, PD: testPD, Addr: 0x800, Len: 0x2000, Access: klm.RemoteWrite},
+		"repeat": {Key: rep, PD: testPD, Addr: 100, Len: 4000, Access: klm.RemoteRead},
+		"zero":   {Key: kl, PD: testPD, Len: 0, Access: klm.LocalRead},
+	} {
+		var err error
+		allocs := testing.AllocsPerRun(50, func() {
+			_, err = e.tbl.Resolve(segs[:0], r)
+		})
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if allocs != 0 {
+			t.Errorf("%s: %v allocations per Resolve", name, allocs)
+		}
+	}
+}
+
+func TestConcurrentResolveUpdate(t *testing.T) {
+	e := newTbench(t, klm.ConnectX5)
+	a := e.mapNew(0x10000, 0x1000)
+	mem, tbl := e.mem, e.tbl
+	toggled := make([]byte, 0x100)
+	if err := mem.Map(0x20000, toggled); err != nil {
+		t.Fatal(err)
+	}
+	xlt := [2][]byte{
+		klmXLT(klm.KLMFields{ByteCount: 0x80, Key: klm.ReservedLKey, VA: 0x10000}, klm.KLMFields{ByteCount: 0x80, Key: klm.ReservedLKey, VA: 0x10400}),
+		klmXLT(klm.KLMFields{ByteCount: 0x80, Key: klm.ReservedLKey, VA: 0x10800}, klm.KLMFields{ByteCount: 0x80, Key: klm.ReservedLKey, VA: 0x10C00}),
+	}
+	upd := e.create(withXLT(klmMkey(0, 0x100), xlt[0]))
+	mtt := e.create(mttMkey(0x100000, 0x2000, 12, rw(0x10000), rw(0x20000)))
+	paB := e.create(paMkey(0x20000, 0x100))
+	var churn atomic.Uint32
+	churn.Store(uint32(e.create(paMkey(0x10000, 0x1000))))
+
+	iters := 3000
+	if raceEnabled {
+		iters = 500
+	}
+	var writers, readers sync.WaitGroup
+	var done atomic.Bool
+	writers.Add(3)
+	go func() { // Update: swap translations, invalidate and re-register.
+		defer writers.Done()
+		for i := range iters {
+			err := tbl.Update(upd.Index(), func(cur *klm.Mkey) (*klm.Mkey, error) {
+				n := cur.Clone()
+				n.XLT = xlt[i&1]
+				n.Free = i%7 == 3
+				return n, nil
+			})
+			if err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	}()
+	go func() { // Map and Unmap.
+		defer writers.Done()
+		for range iters {
+			if err := mem.Unmap(0x20000); err != nil {
+				t.Error(err)
+				return
+			}
+			if err := mem.Map(0x20000, toggled); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	}()
+	go func() { // Destroy and Create.
+		defer writers.Done()
+		for range iters {
+			k := klm.Key(churn.Load())
+			if err := tbl.Destroy(k.Index()); err != nil {
+				t.Error(err)
+				return
+			}
+			m := paMkey(0x10000, 0x1000)
+			m.Variant = uint8(k.Variant() + 1)
+			nk, err := tbl.Create(m)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			churn.Store(uint32(nk))
+		}
+	}()
+	for range 4 {
+		readers.Add(1)
+		go func() {
+			defer readers.Done()
+			segs := make([][]byte, 0, 8)
+			kindOf := func(err error) klm.FaultKind {
+				var f *klm.Fault
+				if !errors.As(err, &f) {
+					t.Errorf("error %v is not a fault", err)
+					return 0
+				}
+				return f.Kind
+			}
+			for n := 0; !done.Load() || n < 100; n++ {
+				out, err := tbl.Resolve(segs[:0], klm.Request{Key: upd, PD: testPD, Len: 0x100, Access: klm.RemoteRead})
+				if err == nil {
+					// One translation or the other, never a mix.
+					ok := len(out) == 2 && len(out[0]) == 0x80 && len(out[1]) == 0x80 &&
+						((&out[0][0] == &a[0] && &out[1][0] == &a[0x400]) || (&out[0][0] == &a[0x800] && &out[1][0] == &a[0xC00]))
+					if !ok {
+						t.Errorf("update: torn or wrong translation (%d segments)", len(out))
+						return
+					}
+				} else if k := kindOf(err); k != klm.FaultFree {
+					t.Errorf("update: fault %v", err)
+					return
+				}
+				out, err = tbl.Resolve(segs[:0], klm.Request{Key: paB, PD: testPD, Addr: 0x20000, Len: 0x100, Access: klm.LocalWrite})
+				if err == nil {
+					if len(out) != 1 || &out[0][0] != &toggled[0] || len(out[0]) != 0x100 {
+						t.Error("paB: wrong segments")
+						return
+					}
+					_ = out[0][0xFF]
+				} else if k := kindOf(err); k != klm.FaultUnmapped {
+					t.Errorf("paB: fault %v", err)
+					return
+				}
+				out, err = tbl.Resolve(segs[:0], klm.Request{Key: mtt, PD: testPD, Addr: 0x100F80, Len: 0x100, Access: klm.LocalRead})
+				if err == nil {
+					if len(out) != 2 || &out[0][0] != &a[0xF80] || len(out[0]) != 0x80 || &out[1][0] != &toggled[0] || len(out[1]) != 0x80 {
+						t.Errorf("mtt: wrong segments")
+						return
+					}
+				} else if k := kindOf(err); k != klm.FaultUnmapped {
+					t.Errorf("mtt: fault %v", err)
+					return
+				}
+				ck := klm.Key(churn.Load())
+				out, err = tbl.Resolve(segs[:0], klm.Request{Key: ck, PD: testPD, Addr: 0x10000, Len: 0x10, Access: klm.LocalRead})
+				if err == nil {
+					if len(out) != 1 || &out[0][0] != &a[0] {
+						t.Error("churn: wrong segments")
+						return
+					}
+				} else if k := kindOf(err); k != klm.FaultBadIndex && k != klm.FaultVariant {
+					t.Errorf("churn: fault %v", err)
+					return
+				}
+			}
+		}()
+	}
+	writers.Wait()
+	done.Store(true)
+	readers.Wait()
+}

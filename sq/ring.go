@@ -1,0 +1,73 @@
+package sq
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/hcasim/hcasim/internal/dma"
+)
+
+// Ring errors.
+var (
+	ErrGeometry = errors.New("sq: ring or doorbell record of the wrong size or alignment")
+	ErrBadWQE   = errors.New("sq: malformed WQE")
+)
+
+// DBRecSize is the size of a QP doorbell record: word 0 the receive
+// counter, word 1 the send counter (MLX5_RCV_DBR, MLX5_SND_DBR).
+const DBRecSize = 8
+
+// Ring is the device's view of a send queue: 2^logSize WQEBBs in host
+// memory and the send counter of the doorbell record. It is
+// thread-compatible: the queue's goroutine owns it.
+type Ring struct {
+	buf     []byte
+	dbrec   []byte // the send counter word
+	logSize uint8
+	ci      uint16 // next WQEBB to fetch (a free-running 16-bit counter)
+}
+
+// NewRing returns the ring over buf (2^logSize WQEBBs) with the send
+// counter at dbrec (4 bytes, 4-byte aligned).
+func NewRing(buf, dbrec []byte, logSize uint8) (*Ring, error) {
+	if logSize > 15 || len(buf) != WQEBBSize<<logSize || !dma.Aligned(dbrec) {
+		return nil, fmt.Errorf("%d-byte ring for 2^%d WQEBBs: %w", len(buf), logSize, ErrGeometry)
+	}
+	return &Ring{buf: buf, dbrec: dbrec[:4], logSize: logSize}, nil
+}
+
+// Size returns the number of WQEBBs.
+func (r *Ring) Size() int { return 1 << r.logSize }
+
+// Producer returns the driver's send counter from the doorbell record.
+func (r *Ring) Producer() uint16 { return uint16(dma.LoadBE32(r.dbrec)) }
+
+// Consumer returns the counter of the next WQEBB to fetch.
+func (r *Ring) Consumer() uint16 { return r.ci }
+
+// Pending reports whether the driver has posted WQEs not yet fetched.
+func (r *Ring) Pending() bool { return r.Producer() != r.ci }
+
+// Fetch copies the WQE at the consumer counter into scratch (at least
+// MaxWQEBBs*WQEBBSize bytes), reading segments modulo the ring so a WQE
+// may wrap at its end, advances the counter past it, and returns its
+// bytes (DS×16 of them) and control fields. A WQE whose DS is 0, larger
+// than MaxDS or than the posted WQEBBs is malformed: the counter is
+// advanced by one WQEBB so the queue can flush it.
+func (r *Ring) Fetch(scratch []byte) ([]byte, CtrlFields, error) {
+	size := uint16(r.Size())
+	avail := r.Producer() - r.ci // the atomic load first: it publishes the WQE bytes
+	off := int(r.ci&(size-1)) * WQEBBSize
+	f := CtrlSeg(r.buf[off : off+CtrlSegSize]).Fields()
+	nbb := WQEBBs(f.DS)
+	if f.DS == 0 || int(f.DS) > MaxDS || uint16(nbb) > avail || nbb > r.Size() {
+		r.ci++
+		return nil, f, fmt.Errorf("WQE at %d: ds %d, %d WQEBBs posted: %w", r.ci-1, f.DS, avail, ErrBadWQE)
+	}
+	n := int(f.DS) * SegSize
+	w := scratch[:n]
+	first := copy(w, r.buf[off:])
+	copy(w[first:], r.buf)
+	r.ci += uint16(nbb)
+	return w, f, nil
+}

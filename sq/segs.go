@@ -1,0 +1,233 @@
+// Package sq owns the send side of the modelled HCA's work queues: the WQE
+// segment layouts (control, data, remote address, atomic, inline, SET_PSV),
+// the ring arithmetic of a send queue of 64-byte WQEBBs in host memory with
+// segments that wrap at its end, the doorbell record, and the queue's
+// fetch loop that hands each WQE, in order, to an executor.
+package sq
+
+import (
+	"encoding/binary"
+	"fmt"
+)
+
+// Sizes.
+const (
+	WQEBBSize    = 64 // send WQE basic block
+	SegSize      = 16 // the DS unit
+	CtrlSegSize  = 16
+	DataSegSize  = 16
+	RaddrSegSize = 16
+	AtomicSize   = 16
+	PSVSegSize   = 16
+	MaxWQEBBs    = 16 // MLX5_SEND_WQE_MAX_WQEBBS
+	MaxDS        = MaxWQEBBs * WQEBBSize / SegSize
+)
+
+// Opcode is a send WQE opcode (the control segment's low byte).
+type Opcode uint8
+
+// Send opcodes (mlx5 MLX5_OPCODE_*).
+const (
+	OpNOP          Opcode = 0x00
+	OpSendInval    Opcode = 0x01
+	OpRDMAWrite    Opcode = 0x08
+	OpRDMAWriteImm Opcode = 0x09
+	OpSend         Opcode = 0x0A
+	OpSendImm      Opcode = 0x0B
+	OpRDMARead     Opcode = 0x10
+	OpAtomicCS     Opcode = 0x11
+	OpAtomicFA     Opcode = 0x12
+	OpSetPSV       Opcode = 0x20
+	OpUMR          Opcode = 0x25
+)
+
+var opNames = map[Opcode]string{
+	OpNOP: "NOP", OpSendInval: "SEND_INVAL", OpRDMAWrite: "RDMA_WRITE", OpRDMAWriteImm: "RDMA_WRITE_IMM",
+	OpSend: "SEND", OpSendImm: "SEND_IMM", OpRDMARead: "RDMA_READ", OpAtomicCS: "ATOMIC_CS",
+	OpAtomicFA: "ATOMIC_FA", OpSetPSV: "SET_PSV", OpUMR: "UMR",
+}
+
+func (o Opcode) String() string {
+	if n, ok := opNames[o]; ok {
+		return n
+	}
+	return fmt.Sprintf("Opcode(%#02x)", uint8(o))
+}
+
+// Fence is the fence mode of a WQE (fm_ce_se bits 7:5, as the byte value).
+type Fence uint8
+
+// Fence modes.
+const (
+	FenceNone            Fence = 0x00
+	FenceInitiatorSmall  Fence = 0x20 // wait for preceding UMR / SET_PSV (local key operations)
+	FenceFence           Fence = 0x40 // IB fence: wait for outstanding RDMA READ and atomics
+	FenceStrongOrdering  Fence = 0x60 // wait for every preceding WQE
+	FenceSmallAndFence   Fence = 0x80 // both INITIATOR_SMALL and FENCE
+	fenceMask                  = 0xE0
+	CECQUpdate                 = 0x08 // generate a CQE (MLX5_WQE_CTRL_CQ_UPDATE)
+	CECQUpdateAndEQE           = 0x0C
+	SESolicited                = 0x02
+)
+
+// CtrlSeg is a view of the 16-byte WQE control segment.
+//
+//	0: opmod(8) | wqe_index(16) | opcode(8)   4: qpn(24) | ds(6)
+//	8: signature  9: reserved(2)  11: fm_ce_se  12: imm / invalidate rkey / umr_mkey (BE32)
+type CtrlSeg []byte
+
+// CtrlFields are the fields of a control segment.
+type CtrlFields struct {
+	OpMod     uint8
+	WQEIndex  uint16
+	Opcode    Opcode
+	QPN       uint32
+	DS        uint8 // WQE size in 16-byte units
+	Signature uint8
+	Fence     Fence
+	CE        uint8 // 0, CECQUpdate or CECQUpdateAndEQE
+	SE        bool
+	Imm       uint32
+}
+
+// Fields decodes the segment.
+func (c CtrlSeg) Fields() CtrlFields {
+	w0, w1 := binary.BigEndian.Uint32(c), binary.BigEndian.Uint32(c[4:])
+	return CtrlFields{
+		OpMod:     uint8(w0 >> 24),
+		WQEIndex:  uint16(w0 >> 8),
+		Opcode:    Opcode(w0),
+		QPN:       w1 >> 8,
+		DS:        uint8(w1 & 0x3F),
+		Signature: c[8],
+		Fence:     Fence(c[11] & fenceMask),
+		CE:        c[11] & 0x0C,
+		SE:        c[11]&SESolicited != 0,
+		Imm:       binary.BigEndian.Uint32(c[12:]),
+	}
+}
+
+// Encode writes f into the segment.
+func (c CtrlSeg) Encode(f *CtrlFields) {
+	binary.BigEndian.PutUint32(c, uint32(f.OpMod)<<24|uint32(f.WQEIndex)<<8|uint32(f.Opcode))
+	binary.BigEndian.PutUint32(c[4:], f.QPN<<8|uint32(f.DS&0x3F))
+	c[8], c[9], c[10] = f.Signature, 0, 0
+	c[11] = uint8(f.Fence)&fenceMask | f.CE&0x0C
+	if f.SE {
+		c[11] |= SESolicited
+	}
+	binary.BigEndian.PutUint32(c[12:], f.Imm)
+}
+
+// Signaled reports whether the WQE asks for a CQE.
+func (f *CtrlFields) Signaled() bool { return f.CE&CECQUpdate != 0 }
+
+// WQEBBs returns how many WQEBBs a WQE of ds 16-byte units occupies.
+func WQEBBs(ds uint8) int { return (int(ds)*SegSize + WQEBBSize - 1) / WQEBBSize }
+
+// DataSeg is a view of a data (scatter/gather) segment.
+//
+//	0: byte_count  4: lkey  8: addr
+type DataSeg []byte
+
+// DataFields are the fields of a data segment.
+type DataFields struct {
+	ByteCount uint32
+	LKey      uint32
+	Addr      uint64
+}
+
+// Fields decodes the segment.
+func (d DataSeg) Fields() DataFields {
+	return DataFields{binary.BigEndian.Uint32(d), binary.BigEndian.Uint32(d[4:]), binary.BigEndian.Uint64(d[8:])}
+}
+
+// Encode writes f into the segment.
+func (d DataSeg) Encode(f *DataFields) {
+	binary.BigEndian.PutUint32(d, f.ByteCount)
+	binary.BigEndian.PutUint32(d[4:], f.LKey)
+	binary.BigEndian.PutUint64(d[8:], f.Addr)
+}
+
+// InlineFlag marks an inline segment: the first word is byte_count | InlineFlag.
+const InlineFlag = 0x80000000
+
+// RaddrSeg is a view of a remote address segment.
+//
+//	0: raddr  8: rkey  12: reserved
+type RaddrSeg []byte
+
+// RaddrFields are the fields of a remote address segment.
+type RaddrFields struct {
+	Addr uint64
+	RKey uint32
+}
+
+// Fields decodes the segment.
+func (r RaddrSeg) Fields() RaddrFields {
+	return RaddrFields{binary.BigEndian.Uint64(r), binary.BigEndian.Uint32(r[8:])}
+}
+
+// Encode writes f into the segment.
+func (r RaddrSeg) Encode(f *RaddrFields) {
+	binary.BigEndian.PutUint64(r, f.Addr)
+	binary.BigEndian.PutUint32(r[8:], f.RKey)
+	binary.BigEndian.PutUint32(r[12:], 0)
+}
+
+// AtomicSeg is a view of an atomic segment.
+//
+//	0: swap or add  8: compare
+type AtomicSeg []byte
+
+// AtomicFields are the fields of an atomic segment.
+type AtomicFields struct {
+	SwapAdd uint64
+	Compare uint64
+}
+
+// Fields decodes the segment.
+func (a AtomicSeg) Fields() AtomicFields {
+	return AtomicFields{binary.BigEndian.Uint64(a), binary.BigEndian.Uint64(a[8:])}
+}
+
+// Encode writes f into the segment.
+func (a AtomicSeg) Encode(f *AtomicFields) {
+	binary.BigEndian.PutUint64(a, f.SwapAdd)
+	binary.BigEndian.PutUint64(a[8:], f.Compare)
+}
+
+// PSVSeg is a view of a SET_PSV segment.
+//
+//	0: psv_index (24 bits)  4: syndrome(16)  6: reserved  8: transient signature: BE32 bg<<16|app, BE32 ref_tag
+type PSVSeg []byte
+
+// PSVFields are the fields of a SET_PSV segment.
+type PSVFields struct {
+	Index    uint32
+	Syndrome uint16
+	Guard    uint16 // bg: the guard seed
+	AppTag   uint16
+	RefTag   uint32
+}
+
+// Fields decodes the segment.
+func (p PSVSeg) Fields() PSVFields {
+	ts := binary.BigEndian.Uint32(p[8:])
+	return PSVFields{
+		Index:    binary.BigEndian.Uint32(p) & 0xFFFFFF,
+		Syndrome: binary.BigEndian.Uint16(p[4:]),
+		Guard:    uint16(ts >> 16),
+		AppTag:   uint16(ts),
+		RefTag:   binary.BigEndian.Uint32(p[12:]),
+	}
+}
+
+// Encode writes f into the segment.
+func (p PSVSeg) Encode(f *PSVFields) {
+	binary.BigEndian.PutUint32(p, f.Index&0xFFFFFF)
+	binary.BigEndian.PutUint16(p[4:], f.Syndrome)
+	binary.BigEndian.PutUint16(p[6:], 0)
+	binary.BigEndian.PutUint32(p[8:], uint32(f.Guard)<<16|uint32(f.AppTag))
+	binary.BigEndian.PutUint32(p[12:], f.RefTag)
+}
