@@ -654,11 +654,11 @@ func TestTableUpdate(t *testing.T) {
 		edit func(*klm.Mkey)
 		want error
 	}{
-		"access":  {func(m *klm.Mkey) { m.Access = klm.RemoteWrite }, klm.ErrBadAccess},
-		"mode":    {func(m *klm.Mkey) { m.Mode = 5 }, klm.ErrBadAccessMode},
-		"XLT":     {func(m *klm.Mkey) { m.XLT = make([]byte, 17*16) }, klm.ErrTooManyEntries},
-		"repeat":  {func(m *klm.Mkey) { m.XLT = repeatXLT(klm.RepeatCtrlFields{Op: klm.RepeatBlockOp, NumEntries: 1}) }, klm.ErrBadTranslation},
-		"mtt log": {func(m *klm.Mkey) { m.Mode = klm.ModeMTT; m.LogPageSize = 40 }, klm.ErrBadPageSize},
+		"access":      {func(m *klm.Mkey) { m.Access = klm.RemoteWrite }, klm.ErrBadAccess},
+		"mode":        {func(m *klm.Mkey) { m.Mode = 5 }, klm.ErrBadAccessMode},
+		"XLT":         {func(m *klm.Mkey) { m.XLT = make([]byte, 17*16) }, klm.ErrTooManyEntries},
+		"repeat":      {func(m *klm.Mkey) { m.XLT = repeatXLT(klm.RepeatCtrlFields{Op: klm.RepeatBlockOp, NumEntries: 1}) }, klm.ErrBadTranslation},
+		"mode to mtt": {func(m *klm.Mkey) { m.Mode = klm.ModeMTT; m.LogPageSize = 40 }, klm.ErrBadAccessMode},
 	} {
 		err := e.tbl.Update(k.Index(), func(cur *klm.Mkey) (*klm.Mkey, error) {
 			n := cur.Clone()
