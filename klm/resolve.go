@@ -2,7 +2,6 @@ package klm
 
 import (
 	"encoding/binary"
-	"sort"
 )
 
 // maxDepth bounds the recursion whatever the capabilities say.
@@ -129,8 +128,17 @@ func (t *Table) resolve(segs [][]byte, key Key, pd uint32, addr, n uint64, need 
 		}
 	default: // KLM list
 		es := m.tr.entries
-		i := sort.Search(len(es), func(i int) bool { return es[i].start+es[i].len > off })
-		for ; n > 0; i++ {
+		// Binary search for the entry holding off: the first whose end is past it.
+		lo, hi := 0, len(es)
+		for lo < hi {
+			mid := int(uint(lo+hi) >> 1)
+			if es[mid].start+es[mid].len <= off {
+				lo = mid + 1
+			} else {
+				hi = mid
+			}
+		}
+		for i := lo; n > 0; i++ {
 			e := &es[i]
 			in := off - e.start
 			take := min(e.len-in, n)
