@@ -52,10 +52,14 @@ func MustParseKey(s string) Key {
 // ReservedLKey is the function's reserved lkey (mlx5 local_dma_lkey,
 // QUERY_SPECIAL_CONTEXTS resd_lkey): physical (PA) access to all of the
 // function's mapped memory with local rights, in any PD.
-const ReservedLKey Key = 0x100
+const ReservedLKey Key = 0x200
+
+// TerminatorLKey (index 1, mlx5 MLX5_INVALID_LKEY 0x100) is never a key: in
+// a receive WQE it ends the scatter list.
+const TerminatorLKey Key = 0x100
 
 // FirstIndex is the lowest index the table allocates; indices below it are
-// reserved (index 1 is ReservedLKey). Index 4, variant 0, would read as the
+// reserved (index 1 is TerminatorLKey, index 2 ReservedLKey). Index 4, variant 0, would read as the
 // repeat-block marker 0x400 in a KLM list, so it is never a key.
 const FirstIndex = 8
 

@@ -24,7 +24,7 @@ func TestKLMLayout(t *testing.T) {
 		{klm.KLMFields{ByteCount: 0x200, Key: 0x1234, VA: 0}, "00000200 00001234 0000000000000000"},
 		{klm.KLMFields{ByteCount: 0x01020304, Key: 0x05060708, VA: 0x090a0b0c0d0e0f10}, "01020304 05060708 090a0b0c0d0e0f10"},
 		{klm.KLMFields{ByteCount: 0xFFFFFFFF, Key: 0xFFFFFFFF, VA: ^uint64(0)}, "ffffffff ffffffff ffffffffffffffff"},
-		{klm.KLMFields{Key: klm.ReservedLKey, VA: 0x1000}, "00000000 00000100 0000000000001000"},
+		{klm.KLMFields{Key: klm.ReservedLKey, VA: 0x1000}, "00000000 00000200 0000000000001000"},
 	} {
 		want := unhex(t, c.hex)
 		// Encode writes only its 16 bytes of a longer buffer.
@@ -154,7 +154,7 @@ func TestKey(t *testing.T) {
 	if s := k.String(); s != "0x00001234" {
 		t.Fatalf("String = %q, want 0x00001234", s)
 	}
-	if klm.ReservedLKey != 0x100 || klm.ReservedLKey.Index() != 1 || klm.ReservedLKey.Variant() != 0 {
+	if klm.ReservedLKey != 0x200 || klm.ReservedLKey.Index() != 2 || klm.ReservedLKey.Variant() != 0 {
 		t.Fatalf("ReservedLKey = %v", klm.ReservedLKey)
 	}
 	if klm.FirstIndex != 8 {
@@ -170,7 +170,7 @@ func TestKey(t *testing.T) {
 			t.Errorf("ParseKey(%q) succeeded", s)
 		}
 	}
-	if klm.MustParseKey("0x100") != klm.ReservedLKey {
+	if klm.MustParseKey("0x200") != klm.ReservedLKey {
 		t.Fatal("MustParseKey")
 	}
 	func() {
@@ -452,9 +452,9 @@ func TestTableCreateLookup(t *testing.T) {
 	}
 	r := e.tbl.Lookup(klm.ReservedLKey.Index())
 	if r == nil || r.Mode != klm.ModePA || !r.AnyPD || !r.Length64 || r.Access != klm.LocalRead|klm.LocalWrite || r.Free || r.Variant != 0 || r.StartAddr != 0 {
-		t.Fatalf("Lookup(1) = %+v, want the reserved lkey", r)
+		t.Fatalf("Lookup(2) = %+v, want the reserved lkey", r)
 	}
-	for _, i := range []uint32{0, 2, 3, 4, 5, 6, 7, 1 << 20, 1<<24 - 1, ^uint32(0)} {
+	for _, i := range []uint32{0, 1, 3, 4, 5, 6, 7, 1 << 20, 1<<24 - 1, ^uint32(0)} {
 		if m := e.tbl.Lookup(i); m != nil {
 			t.Errorf("Lookup(%#x) = %+v", i, m)
 		}
@@ -742,7 +742,7 @@ func TestResolvePA(t *testing.T) {
 		e.wantFault(klm.Request{Key: klm.ReservedLKey, Addr: 0x20000, Len: 1, Access: need}, klm.FaultAccess, klm.ReservedLKey, 0)
 	}
 	e.wantFault(klm.Request{Key: klm.ReservedLKey, Addr: 0x200F0, Len: 0x20, Access: klm.LocalRead}, klm.FaultUnmapped, klm.ReservedLKey, 0)
-	e.wantFault(klm.Request{Key: klm.MakeKey(1, 1), Addr: 0x20000, Len: 1, Access: klm.LocalRead}, klm.FaultVariant, klm.MakeKey(1, 1), 0)
+	e.wantFault(klm.Request{Key: klm.MakeKey(2, 1), Addr: 0x20000, Len: 1, Access: klm.LocalRead}, klm.FaultVariant, klm.MakeKey(2, 1), 0)
 }
 
 func TestResolveMTT(t *testing.T) {
@@ -1259,7 +1259,7 @@ func TestFaultKinds(t *testing.T) {
 		depth int
 	}{
 		{"index 0", req{Key: 0x000000FF, PD: testPD, Len: 1, Access: lr}, klm.FaultBadIndex, 0xFF, 0},
-		{"reserved index 2", req{Key: klm.MakeKey(2, 0), PD: testPD, Len: 1, Access: lr}, klm.FaultBadIndex, klm.MakeKey(2, 0), 0},
+		{"terminator key", req{Key: klm.TerminatorLKey, PD: testPD, Len: 1, Access: lr}, klm.FaultBadIndex, klm.TerminatorLKey, 0},
 		{"reserved index 4 (repeat marker)", req{Key: 0x400, PD: testPD, Len: 1, Access: lr}, klm.FaultBadIndex, 0x400, 0},
 		{"index never created", req{Key: klm.MakeKey(0x999, 0), PD: testPD, Len: 1, Access: lr}, klm.FaultBadIndex, klm.MakeKey(0x999, 0), 0},
 		{"index past MaxMkeys", req{Key: klm.MakeKey(1<<20, 0), PD: testPD, Len: 1, Access: lr}, klm.FaultBadIndex, klm.MakeKey(1<<20, 0), 0},
