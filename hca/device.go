@@ -1,0 +1,251 @@
+// Package hca is the modelled device: an mlx5-style (ConnectX-class) RDMA
+// HCA. A [Device] serves functions (driver instances: in process, or socket
+// clients later); each [Function] sees only what a driver of real hardware
+// sees: a command mailbox with mlx5 opcodes and statuses, DMA-mapped host
+// memory, send-queue doorbells and CQ arm doorbells, and events. Work
+// queues and completion queues live in that host memory as real mlx5 WQEs
+// and CQEs; the device parses them with the sq, cq and umr packages and
+// moves data through klm key translation. RC queue pairs connect over a
+// [Fabric] within one process.
+//
+// docs/DEVICE.md documents the command layouts and the choices made.
+package hca
+
+import (
+	"errors"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/hcasim/hcasim/klm"
+)
+
+// Errors of the in-process function interface.
+var (
+	ErrClosed = errors.New("hca: device or function closed")
+)
+
+// Caps are the device capabilities QUERY_HCA_CAP reports.
+type Caps struct {
+	Mkey klm.Caps
+	// Object limits per function.
+	MaxPD, MaxCQ, MaxQP, MaxPSV uint32
+	// Queue sizes, log 2: CQEs per CQ, WQEBBs per send queue, WQEs per
+	// receive queue.
+	LogMaxCQSize, LogMaxSQSize, LogMaxRQSize uint8
+	// MaxSGE is the scatter/gather entries a receive WQE may hold, and a
+	// send WQE within its 16 WQEBBs.
+	MaxSGE uint16
+	// MaxInline is the largest inline send.
+	MaxInline uint32
+	// MaxRDAtomic bounds outstanding RDMA READ and atomic operations per QP.
+	MaxRDAtomic uint8
+	// UMRFence is what mlx5 reads as umr_fence: 0 strong ordering, 1 small
+	// initiator fence, 2 none.
+	UMRFence uint8
+	// SignatureHandover is the sho bit: integrity offload.
+	SignatureHandover bool
+	// MaxMappedBytes caps a function's DMA-mapped memory (0: no cap).
+	MaxMappedBytes uint64
+}
+
+// ConnectX5Caps is the default, ConnectX-5-like capability preset.
+var ConnectX5Caps = Caps{
+	Mkey:              klm.ConnectX5,
+	MaxPD:             1 << 16,
+	MaxCQ:             1 << 16,
+	MaxQP:             1 << 16,
+	MaxPSV:            1 << 16,
+	LogMaxCQSize:      22,
+	LogMaxSQSize:      15,
+	LogMaxRQSize:      15,
+	MaxSGE:            30,
+	MaxInline:         512,
+	MaxRDAtomic:       16,
+	UMRFence:          1,
+	SignatureHandover: true,
+}
+
+// Options configure a Device.
+type Options struct {
+	// Caps are the capabilities; the zero value means ConnectX5Caps.
+	Caps *Caps
+	// Fabric connects devices; nil gives the device a fabric of its own.
+	Fabric *Fabric
+	// Logger receives the device's log; nil discards it.
+	Logger *slog.Logger
+	// TimeScale divides the transport's timers (ack timeout, RNR delay), so
+	// that tests of retries run fast; 0 means 1.
+	TimeScale float64
+}
+
+// Device is one modelled HCA. It is safe for concurrent use.
+type Device struct {
+	caps   Caps
+	log    *slog.Logger
+	fabric *Fabric
+	lid    uint16
+	scale  float64
+
+	mu      sync.Mutex
+	funcs   map[*Func]struct{}
+	qps     map[uint32]*QP // device-wide QP numbers
+	nextQPN uint32
+	closed  bool
+
+	atomicMu sync.Mutex // serialises atomic operations on host memory
+}
+
+// New returns a device with the given options.
+func New(opts Options) *Device {
+	d := &Device{
+		caps:    ConnectX5Caps,
+		log:     opts.Logger,
+		fabric:  opts.Fabric,
+		scale:   opts.TimeScale,
+		funcs:   map[*Func]struct{}{},
+		qps:     map[uint32]*QP{},
+		nextQPN: 0x100,
+	}
+	if opts.Caps != nil {
+		d.caps = *opts.Caps
+	}
+	if d.log == nil {
+		d.log = slog.New(slog.DiscardHandler)
+	}
+	if d.scale <= 0 {
+		d.scale = 1
+	}
+	if d.fabric == nil {
+		d.fabric = NewFabric()
+	}
+	d.lid = d.fabric.attach(d)
+	return d
+}
+
+// Caps returns the device's capabilities.
+func (d *Device) Caps() Caps { return d.caps }
+
+// LID returns the device's address on its fabric.
+func (d *Device) LID() uint16 { return d.lid }
+
+// duration scales a transport timer.
+func (d *Device) duration(t time.Duration) time.Duration {
+	return time.Duration(float64(t) / d.scale)
+}
+
+// Open opens a new function: a driver instance with its own DMA address
+// space and objects.
+func (d *Device) Open() (*Func, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return nil, ErrClosed
+	}
+	f := newFunc(d)
+	d.funcs[f] = struct{}{}
+	return f, nil
+}
+
+// Close closes every function: queue pairs stop, their goroutines are
+// joined. Close is idempotent.
+func (d *Device) Close() error {
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		return nil
+	}
+	d.closed = true
+	funcs := make([]*Func, 0, len(d.funcs))
+	for f := range d.funcs {
+		funcs = append(funcs, f)
+	}
+	d.mu.Unlock()
+	for _, f := range funcs {
+		f.Close()
+	}
+	d.fabric.detach(d)
+	return nil
+}
+
+func (d *Device) removeFunc(f *Func) {
+	d.mu.Lock()
+	delete(d.funcs, f)
+	d.mu.Unlock()
+}
+
+// allocQPN registers qp under a new device-wide number.
+func (d *Device) allocQPN(qp *QP) (uint32, bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return 0, false
+	}
+	for range 1 << 24 {
+		n := d.nextQPN
+		d.nextQPN = (d.nextQPN + 1) & 0xFFFFFF
+		if d.nextQPN < 0x100 {
+			d.nextQPN = 0x100
+		}
+		if _, used := d.qps[n]; !used {
+			d.qps[n] = qp
+			return n, true
+		}
+	}
+	return 0, false
+}
+
+func (d *Device) freeQPN(n uint32) {
+	d.mu.Lock()
+	delete(d.qps, n)
+	d.mu.Unlock()
+}
+
+func (d *Device) qp(n uint32) *QP {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.qps[n]
+}
+
+// Fabric connects devices in one process: a QP addresses its peer by the
+// peer device's LID and QP number, as on an InfiniBand subnet. It is safe
+// for concurrent use.
+type Fabric struct {
+	mu    sync.Mutex
+	nodes map[uint16]*Device
+	next  uint16
+}
+
+// NewFabric returns an empty fabric.
+func NewFabric() *Fabric { return &Fabric{nodes: map[uint16]*Device{}, next: 1} }
+
+func (f *Fabric) attach(d *Device) uint16 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for f.nodes[f.next] != nil || f.next == 0 {
+		f.next++
+	}
+	lid := f.next
+	f.next++
+	f.nodes[lid] = d
+	return lid
+}
+
+func (f *Fabric) detach(d *Device) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.nodes[d.lid] == d {
+		delete(f.nodes, d.lid)
+	}
+}
+
+// lookup returns the QP at (lid, qpn), or nil.
+func (f *Fabric) lookup(lid uint16, qpn uint32) *QP {
+	f.mu.Lock()
+	d := f.nodes[lid]
+	f.mu.Unlock()
+	if d == nil {
+		return nil
+	}
+	return d.qp(qpn)
+}

@@ -1,0 +1,291 @@
+package hca
+
+import (
+	"fmt"
+	"sync"
+
+	"github.com/hcasim/hcasim/cq"
+	"github.com/hcasim/hcasim/klm"
+)
+
+// EventType is the type of an event queue entry (mlx5 EQE types).
+type EventType uint8
+
+// Event types.
+const (
+	EventCompletion EventType = 0x00 // a CQ armed for it got a completion
+	EventPathMig    EventType = 0x01
+	EventQPFatal    EventType = 0x05 // local work queue catastrophic error
+	EventSQDrained  EventType = 0x03 // a QP in SQD has no outstanding send WQEs
+	EventCQError    EventType = 0x04 // CQ overflow
+)
+
+func (t EventType) String() string {
+	switch t {
+	case EventCompletion:
+		return "COMPLETION"
+	case EventQPFatal:
+		return "QP_FATAL"
+	case EventSQDrained:
+		return "SQ_DRAINED"
+	case EventCQError:
+		return "CQ_ERROR"
+	}
+	return fmt.Sprintf("EventType(%#x)", uint8(t))
+}
+
+// Event is one event queue entry: what happened, and to which object (a
+// CQN for completion and CQ events, a QPN for QP events).
+type Event struct {
+	Type EventType
+	Obj  uint32
+}
+
+// Function is the driver|device boundary: everything a driver may do to
+// the device. *Func implements it in process; the socket transport
+// implements it for other processes.
+type Function interface {
+	// Command executes one command mailbox and returns the output mailbox.
+	Command(in []byte) []byte
+	// AllocDMA returns n bytes of host memory, zeroed, that the device
+	// reaches at the returned IOVA (aligned to align, a power of two).
+	AllocDMA(n int, align int) (buf []byte, iova uint64, err error)
+	// FreeDMA unmaps and releases memory AllocDMA returned.
+	FreeDMA(iova uint64) error
+	// RingSQ rings the send doorbell of a QP: the device reads the send
+	// counter from the QP's doorbell record.
+	RingSQ(qpn uint32)
+	// RingRQ tells the device that receive WQEs were posted. mlx5 has no
+	// receive doorbell (the device reads the doorbell record when a message
+	// arrives); the model needs one to flush receives posted to a QP in
+	// error. Drivers ring it after posting receives.
+	RingRQ(qpn uint32)
+	// ArmCQ rings a CQ's arm doorbell with the arm word (cq.ArmWord) the
+	// driver also wrote to the CQ's doorbell record.
+	ArmCQ(cqn uint32, word uint32)
+	// Events returns the channel that signals pending events; Drain takes
+	// them. The channel is signalled at least once after each new event.
+	Events() <-chan struct{}
+	// DrainEvents appends the pending events to evs and returns it.
+	DrainEvents(evs []Event) []Event
+	// Close releases the function: its QPs stop, its memory is unmapped.
+	Close() error
+}
+
+var _ Function = (*Func)(nil)
+
+// Func is a function of an in-process device. It is safe for concurrent use.
+type Func struct {
+	dev   *Device
+	mem   *klm.Memory
+	mkeys *klm.Table
+
+	mu      sync.Mutex
+	closed  bool
+	pds     map[uint32]int // PD → objects using it
+	nextPD  uint32
+	cqs     map[uint32]*CQ
+	nextCQN uint32
+	qps     map[uint32]*QP
+	psvs    map[uint32]*PSV
+	nextPSV uint32
+	dmaNext uint64
+	dma     map[uint64][]byte
+
+	evMu   sync.Mutex
+	events []Event
+	evSig  chan struct{}
+}
+
+func newFunc(d *Device) *Func {
+	mem := klm.NewMemory()
+	mem.Limit = d.caps.MaxMappedBytes
+	return &Func{
+		dev:     d,
+		mem:     mem,
+		mkeys:   klm.NewTable(d.caps.Mkey, mem),
+		pds:     map[uint32]int{},
+		nextPD:  1,
+		cqs:     map[uint32]*CQ{},
+		nextCQN: 1,
+		qps:     map[uint32]*QP{},
+		psvs:    map[uint32]*PSV{},
+		nextPSV: 1,
+		dmaNext: 1 << 32,
+		dma:     map[uint64][]byte{},
+		evSig:   make(chan struct{}, 1),
+	}
+}
+
+// Device returns the function's device.
+func (f *Func) Device() *Device { return f.dev }
+
+// Memory returns the function's DMA address space (for tests and tools;
+// drivers use AllocDMA).
+func (f *Func) Memory() *klm.Memory { return f.mem }
+
+// Mkeys returns the function's mkey table (for tests and tools).
+func (f *Func) Mkeys() *klm.Table { return f.mkeys }
+
+// MapBuffer maps caller memory at iova for DMA: an in-process driver may
+// register any Go buffer, as a kernel driver maps pages.
+func (f *Func) MapBuffer(iova uint64, buf []byte) error { return f.mem.Map(iova, buf) }
+
+// UnmapBuffer undoes MapBuffer.
+func (f *Func) UnmapBuffer(iova uint64) error { return f.mem.Unmap(iova) }
+
+// AllocDMA implements Function.AllocDMA.
+func (f *Func) AllocDMA(n int, align int) ([]byte, uint64, error) {
+	if n <= 0 || align <= 0 || align&(align-1) != 0 {
+		return nil, 0, fmt.Errorf("alloc dma %d bytes aligned %d: %w", n, align, klm.ErrEmptyMap)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.closed {
+		return nil, 0, ErrClosed
+	}
+	// Over-allocate so that the buffer itself is aligned in Go memory too
+	// (atomic words, and WQEBB-aligned rings).
+	raw := make([]byte, n+align+64)
+	off := 0
+	for addrOf(raw[off:])%uint64(max(align, 64)) != 0 {
+		off++
+	}
+	buf := raw[off : off+n : off+n]
+	a := uint64(max(align, 4096))
+	iova := (f.dmaNext + a - 1) &^ (a - 1)
+	if err := f.mem.Map(iova, buf); err != nil {
+		return nil, 0, err
+	}
+	f.dmaNext = iova + uint64(n) + 4096 // a guard gap between allocations
+	f.dma[iova] = buf
+	return buf, iova, nil
+}
+
+// FreeDMA implements Function.FreeDMA.
+func (f *Func) FreeDMA(iova uint64) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, ok := f.dma[iova]; !ok {
+		return fmt.Errorf("free dma %#x: %w", iova, klm.ErrNotMapped)
+	}
+	delete(f.dma, iova)
+	return f.mem.Unmap(iova)
+}
+
+// RingSQ implements Function.RingSQ.
+func (f *Func) RingSQ(qpn uint32) {
+	f.mu.Lock()
+	qp := f.qps[qpn]
+	f.mu.Unlock()
+	if qp != nil {
+		qp.ring()
+	}
+}
+
+// RingRQ implements Function.RingRQ.
+func (f *Func) RingRQ(qpn uint32) {
+	f.mu.Lock()
+	qp := f.qps[qpn]
+	f.mu.Unlock()
+	if qp != nil {
+		qp.ringRQ()
+	}
+}
+
+// ArmCQ implements Function.ArmCQ.
+func (f *Func) ArmCQ(cqn uint32, word uint32) {
+	f.mu.Lock()
+	c := f.cqs[cqn]
+	f.mu.Unlock()
+	if c != nil {
+		c.ring.Arm(word)
+	}
+}
+
+// Events implements Function.Events.
+func (f *Func) Events() <-chan struct{} { return f.evSig }
+
+// DrainEvents implements Function.DrainEvents.
+func (f *Func) DrainEvents(evs []Event) []Event {
+	f.evMu.Lock()
+	defer f.evMu.Unlock()
+	evs = append(evs, f.events...)
+	f.events = f.events[:0]
+	return evs
+}
+
+// event queues an event for the driver; it never blocks.
+func (f *Func) event(t EventType, obj uint32) {
+	f.evMu.Lock()
+	f.events = append(f.events, Event{t, obj})
+	f.evMu.Unlock()
+	select {
+	case f.evSig <- struct{}{}:
+	default:
+	}
+}
+
+// Close implements Function.Close: every QP moves to error and stops, the
+// function's objects and memory are released. Idempotent.
+func (f *Func) Close() error {
+	f.mu.Lock()
+	if f.closed {
+		f.mu.Unlock()
+		return nil
+	}
+	f.closed = true
+	qps := make([]*QP, 0, len(f.qps))
+	for _, qp := range f.qps {
+		qps = append(qps, qp)
+	}
+	f.mu.Unlock()
+	for _, qp := range qps {
+		qp.destroy()
+	}
+	f.dev.removeFunc(f)
+	return nil
+}
+
+// CQ is a completion queue object.
+type CQ struct {
+	cqn  uint32
+	fn   *Func
+	ring *cq.Ring
+	qps  int  // QPs completing to it, under fn.mu
+	errd bool // the overflow was reported, under fn.mu
+}
+
+// push writes a CQE; an overflow raises the CQ error event once.
+func (c *CQ) push(fl *cq.Fields, solicited bool) bool {
+	if err := c.ring.Push(fl, solicited); err != nil {
+		if !c.ring.Broken() {
+			return false
+		}
+		c.fn.cqError(c)
+		return false
+	}
+	return true
+}
+
+func (f *Func) cqError(c *CQ) {
+	f.mu.Lock()
+	first := !c.errd
+	c.errd = true
+	f.mu.Unlock()
+	if first {
+		f.event(EventCQError, c.cqn)
+	}
+}
+
+// PSV is a protection signature variable object: per-domain running
+// signature state set by SET_PSV (its meaning comes with the signature
+// pipeline).
+type PSV struct {
+	index uint32
+	pd    uint32
+	mu    sync.Mutex
+	bg    uint16
+	app   uint16
+	ref   uint32
+}

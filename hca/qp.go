@@ -1,0 +1,347 @@
+package hca
+
+import (
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/hcasim/hcasim/internal/dma"
+	"github.com/hcasim/hcasim/sq"
+)
+
+// QPState is a QP state (mlx5 MLX5_QP_STATE_* values).
+type QPState uint8
+
+// QP states.
+const (
+	StateRST  QPState = 0
+	StateINIT QPState = 1
+	StateRTR  QPState = 2
+	StateRTS  QPState = 3
+	StateSQE  QPState = 4
+	StateSQD  QPState = 5
+	StateERR  QPState = 6
+)
+
+func (s QPState) String() string {
+	switch s {
+	case StateRST:
+		return "RST"
+	case StateINIT:
+		return "INIT"
+	case StateRTR:
+		return "RTR"
+	case StateRTS:
+		return "RTS"
+	case StateSQE:
+		return "SQE"
+	case StateSQD:
+		return "SQD"
+	case StateERR:
+		return "ERR"
+	}
+	return fmt.Sprintf("QPState(%d)", uint8(s))
+}
+
+// transitions lists, per modify opcode, the states it starts from and the
+// state it goes to (any state may go to ERR and RST).
+var transitions = map[uint16]struct {
+	from []QPState
+	to   QPState
+}{
+	CmdRST2INIT:  {[]QPState{StateRST}, StateINIT},
+	CmdINIT2INIT: {[]QPState{StateINIT}, StateINIT},
+	CmdINIT2RTR:  {[]QPState{StateINIT}, StateRTR},
+	CmdRTR2RTS:   {[]QPState{StateRTR}, StateRTS},
+	CmdRTS2RTS:   {[]QPState{StateRTS}, StateRTS},
+	CmdRTS2SQD:   {[]QPState{StateRTS}, StateSQD},
+	CmdSQD2RTS:   {[]QPState{StateSQD}, StateRTS},
+	CmdSQERR2RTS: {[]QPState{StateSQE}, StateRTS},
+}
+
+// window bounds the requests a QP has in flight; the responder's inbox and
+// the requester's ack queue hold that many, so neither side ever blocks
+// the other.
+const window = 256
+
+// QP is an RC queue pair: a send queue run by a requester goroutine and a
+// responder goroutine that serves the peer's requests and consumes the
+// receive queue.
+type QP struct {
+	fn        *Func
+	dev       *Device
+	qpn       uint32
+	pd        uint32
+	scq, rcq  *CQ
+	integrity bool
+
+	sqr      *sq.Ring
+	rqBuf    []byte
+	rqDB     []byte // receive counter word of the doorbell record
+	rqLog    uint8
+	rqStride uint8
+
+	mu       sync.Mutex
+	state    QPState
+	attr     qpAttr
+	drained  bool   // SQ_DRAINED reported for the current SQD
+	resetGen uint64 // bumped by every move to RST
+
+	bell   chan struct{} // send doorbell, and state changes
+	rbell  chan struct{} // receive doorbell, and state changes
+	acks   chan response // from the peer's responder
+	inbox  chan *request // from the peer's requester
+	stop   chan struct{}
+	wg     sync.WaitGroup
+	closed bool
+}
+
+// qpAttr is the QP context set by the modify commands.
+type qpAttr struct {
+	access    uint8
+	remoteLID uint16
+	remoteQPN uint32
+	rqPSN     uint32
+	sqPSN     uint32
+	minRNR    uint8
+	timeout   uint8
+	retry     uint8
+	rnrRetry  uint8
+	maxRD     uint8
+	maxDestRD uint8
+}
+
+func (f *Func) createQP(in In) Out {
+	c := &f.dev.caps
+	logSQ, logRQ, logStride := in.U8(QPInLogSQ), in.U8(QPInLogRQ), in.U8(QPInLogStride)
+	if logSQ > c.LogMaxSQSize || logRQ > c.LogMaxRQSize || logStride < 4 || logStride > 10 {
+		return failOut(StatusBadParam, 0, "log sizes SQ %d RQ %d stride %d", logSQ, logRQ, logStride)
+	}
+	sqBuf, err := f.contiguous(in.U64(QPInSQ), sq.WQEBBSize<<logSQ)
+	if err != nil {
+		return failOut(StatusBadParam, 0, "send queue: %v", err)
+	}
+	rqBuf, err := f.contiguous(in.U64(QPInRQ), 1<<(logRQ+logStride))
+	if err != nil {
+		return failOut(StatusBadParam, 0, "receive queue: %v", err)
+	}
+	db, err := f.contiguous(in.U64(QPInDBRec), sq.DBRecSize)
+	if err != nil || !dma.Aligned(db) {
+		return failOut(StatusBadParam, 0, "doorbell record: %v", err)
+	}
+	sqr, err := sq.NewRing(sqBuf, db[4:], logSQ)
+	if err != nil {
+		return failOut(StatusBadParam, 0, "%v", err)
+	}
+	flags := in.U32(QPInFlags)
+	if flags&QPFlagIntegr != 0 && !c.SignatureHandover {
+		return failOut(StatusBadParam, 0, "integrity not supported")
+	}
+	pd, scqn, rcqn := in.U32(QPInPD)&0xFFFFFF, in.U32(QPInSendCQ)&0xFFFFFF, in.U32(QPInRecvCQ)&0xFFFFFF
+
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	scq, rcq := f.cqs[scqn], f.cqs[rcqn]
+	switch {
+	case uint32(len(f.qps)) >= c.MaxQP:
+		return failOut(StatusExceedLim, 0, "%d QPs", len(f.qps))
+	case scq == nil || rcq == nil:
+		return failOut(StatusBadResource, 0, "no CQ %#x or %#x", scqn, rcqn)
+	case !f.pdRef(pd, 1):
+		return failOut(StatusBadResource, pd, "no PD %#x", pd)
+	}
+	qp := &QP{
+		fn: f, dev: f.dev, pd: pd, scq: scq, rcq: rcq, integrity: flags&QPFlagIntegr != 0,
+		sqr: sqr, rqBuf: rqBuf, rqDB: db[:4], rqLog: logRQ, rqStride: logStride,
+		bell: make(chan struct{}, 1), rbell: make(chan struct{}, 1),
+		acks: make(chan response, window), inbox: make(chan *request, window), stop: make(chan struct{}),
+	}
+	n, ok := f.dev.allocQPN(qp)
+	if !ok {
+		f.pdRef(pd, -1)
+		return failOut(StatusNoResources, 0, "no QP number")
+	}
+	qp.qpn = n
+	scq.qps++
+	rcq.qps++
+	f.qps[n] = qp
+	qp.wg.Add(2)
+	go qp.requester()
+	go qp.responder()
+	o := In(okOut(QPNOff + 4))
+	o.Put32(QPNOff, n)
+	return Out(o)
+}
+
+func (f *Func) destroyQP(qpn uint32) Out {
+	f.mu.Lock()
+	qp := f.qps[qpn]
+	f.mu.Unlock()
+	if qp == nil {
+		return failOut(StatusBadResource, qpn, "no QP %#x", qpn)
+	}
+	qp.destroy()
+	return okOut(0)
+}
+
+// destroy stops the QP's goroutines, waits for them, and releases it.
+func (qp *QP) destroy() {
+	qp.mu.Lock()
+	if qp.closed {
+		qp.mu.Unlock()
+		return
+	}
+	qp.closed = true
+	qp.state = StateERR
+	qp.mu.Unlock()
+	close(qp.stop)
+	qp.wg.Wait()
+	qp.dev.freeQPN(qp.qpn)
+	f := qp.fn
+	f.mu.Lock()
+	delete(f.qps, qp.qpn)
+	qp.scq.qps--
+	qp.rcq.qps--
+	f.pdRef(qp.pd, -1)
+	f.mu.Unlock()
+}
+
+func (f *Func) modifyQP(op uint16, in In) Out {
+	qpn := in.U32(QPNOff) & 0xFFFFFF
+	f.mu.Lock()
+	qp := f.qps[qpn]
+	f.mu.Unlock()
+	if qp == nil {
+		return failOut(StatusBadResource, qpn, "no QP %#x", qpn)
+	}
+	qp.mu.Lock()
+	cur := qp.state
+	var to QPState
+	switch op {
+	case Cmd2ERR:
+		to = StateERR
+	case Cmd2RST:
+		to = StateRST
+	default:
+		t := transitions[op]
+		ok := false
+		for _, s := range t.from {
+			ok = ok || s == cur
+		}
+		if !ok {
+			qp.mu.Unlock()
+			return failOut(StatusBadQPState, uint32(cur), "QP %#x in %v cannot take command %#x", qpn, cur, op)
+		}
+		to = t.to
+	}
+	a := &qp.attr
+	switch op {
+	case CmdRST2INIT, CmdINIT2INIT, CmdRTS2RTS, CmdSQD2RTS:
+		a.access = in.U8(QPCAccess+3) & (QPAccessRead | QPAccessWrite | QPAccessAtomic)
+	case CmdINIT2RTR:
+		a.remoteLID, a.remoteQPN = in.U16(QPCRemoteLID), in.U32(QPCRemoteQPN)&0xFFFFFF
+		a.rqPSN = in.U32(QPCRQPSN) & 0xFFFFFF
+		a.minRNR, a.maxDestRD = in.U8(QPCMinRNR)&31, in.U8(QPCMaxDestRD)
+	case CmdRTR2RTS:
+		a.sqPSN = in.U32(QPCSQPSN) & 0xFFFFFF
+		a.timeout, a.retry, a.rnrRetry = in.U8(QPCTimeout)&31, in.U8(QPCRetry)&7, in.U8(QPCRNRRetry)&7
+		a.maxRD = in.U8(QPCMaxRD)
+	}
+	if to == StateRST {
+		*a = qpAttr{}
+	}
+	if to == StateSQD {
+		qp.drained = false
+	}
+	qp.state = to
+	qp.mu.Unlock()
+	if to == StateRST {
+		qp.reset()
+	}
+	qp.kick()
+	return okOut(0)
+}
+
+// reset returns the queues to empty: the requester and responder forget
+// their state at their next wake-up, and the rings restart at 0.
+func (qp *QP) reset() {
+	qp.mu.Lock()
+	qp.resetGen++
+	qp.mu.Unlock()
+}
+
+func (f *Func) queryQP(qpn uint32) Out {
+	f.mu.Lock()
+	qp := f.qps[qpn]
+	f.mu.Unlock()
+	if qp == nil {
+		return failOut(StatusBadResource, qpn, "no QP %#x", qpn)
+	}
+	qp.mu.Lock()
+	defer qp.mu.Unlock()
+	o := In(okOut(QPOutSize))
+	a := &qp.attr
+	o.Put8(QPOutState, uint8(qp.state))
+	o.Put8(QPCAccess+3, a.access).Put16(QPCRemoteLID, a.remoteLID).Put32(QPCRemoteQPN, a.remoteQPN)
+	o.Put32(QPCRQPSN, a.rqPSN).Put32(QPCSQPSN, a.sqPSN)
+	o.Put8(QPCMinRNR, a.minRNR).Put8(QPCTimeout, a.timeout).Put8(QPCRetry, a.retry).Put8(QPCRNRRetry, a.rnrRetry)
+	o.Put8(QPCMaxRD, a.maxRD).Put8(QPCMaxDestRD, a.maxDestRD)
+	return Out(o)
+}
+
+// State returns the QP's state (for tests).
+func (qp *QP) State() QPState {
+	qp.mu.Lock()
+	defer qp.mu.Unlock()
+	return qp.state
+}
+
+// toError moves the QP to ERR (from an error completion or a fatal event).
+func (qp *QP) toError() {
+	qp.mu.Lock()
+	changed := qp.state != StateERR && qp.state != StateRST
+	if changed {
+		qp.state = StateERR
+	}
+	qp.mu.Unlock()
+	if changed {
+		qp.kick()
+	}
+}
+
+// ring is the send doorbell.
+func (qp *QP) ring() {
+	select {
+	case qp.bell <- struct{}{}:
+	default:
+	}
+}
+
+// ringRQ is the receive doorbell.
+func (qp *QP) ringRQ() {
+	select {
+	case qp.rbell <- struct{}{}:
+	default:
+	}
+}
+
+// kick wakes both goroutines after a state change.
+func (qp *QP) kick() {
+	qp.ring()
+	qp.ringRQ()
+}
+
+// rnrDelay returns the delay an RNR NAK asks for (IB min_rnr_timer table).
+func rnrDelay(code uint8) time.Duration {
+	us := [...]float64{655360, 10, 20, 30, 40, 60, 80, 120, 160, 240, 320, 480, 640, 960, 1280, 1920,
+		2560, 3840, 5120, 7680, 10240, 15360, 20480, 30720, 40960, 61440, 81920, 122880, 163840, 245760, 327680, 491520}
+	return time.Duration(us[code&31] * float64(time.Microsecond))
+}
+
+// ackTimeout returns the local ACK timeout, 4.096 µs × 2^timeout (0: none).
+func ackTimeout(code uint8) time.Duration {
+	if code == 0 {
+		return 0
+	}
+	return time.Duration(4096<<min(code, 31)) * time.Nanosecond
+}

@@ -1,0 +1,487 @@
+package hca
+
+import (
+	"encoding/binary"
+	"errors"
+	"time"
+
+	"github.com/hcasim/hcasim/cq"
+	"github.com/hcasim/hcasim/klm"
+	"github.com/hcasim/hcasim/sq"
+	"github.com/hcasim/hcasim/umr"
+)
+
+// request is one RC request message from a requester to its peer's
+// responder. Data moves without copies: src are segments of the
+// requester's memory (gather), dst segments the responder writes a READ's
+// data or an atomic's result into.
+type request struct {
+	from      *QP
+	psn       uint32
+	op        sq.Opcode
+	raddr     uint64
+	rkey      klm.Key
+	length    uint64
+	src       [][]byte
+	dst       [][]byte
+	imm       uint32 // immediate data, or the rkey a SEND_INVAL invalidates
+	swapAdd   uint64
+	compare   uint64
+	solicited bool
+}
+
+// respKind is a response's outcome: an ACK or a NAK.
+type respKind uint8
+
+const (
+	respACK      respKind = iota
+	respRNR               // receiver not ready: retry after the delay
+	respAccess            // remote access error
+	respInvalid           // invalid request
+	respRemoteOp          // remote operational error
+)
+
+// response is an ACK or NAK for the request with the same PSN.
+type response struct {
+	psn    uint32
+	kind   respKind
+	bytes  uint32
+	rnrDly uint8 // the responder's min_rnr_timer, with respRNR
+}
+
+// pending is a send WQE between fetch and completion.
+type pending struct {
+	idx        uint16
+	op         sq.Opcode
+	signaled   bool
+	done       bool
+	synd       cq.Syndrome // 0: success
+	bytes      uint32
+	req        *request // nil for local work (NOP, UMR, SET_PSV) and local errors
+	readAtomic bool
+	acked      bool
+	retries    int
+	rnrRetries int
+}
+
+// reqState is the requester goroutine's own state.
+type reqState struct {
+	gen      uint64
+	inflight []*pending
+	psnInit  bool
+	nextPSN  uint32
+	reads    int // RDMA READ and atomics awaiting their response
+	erred    bool
+	timer    *time.Timer
+	deadline time.Time
+	rnrWait  bool // the deadline is an RNR delay, not an ACK timeout
+	scratch  [sq.MaxWQEBBs * sq.WQEBBSize]byte
+}
+
+func (qp *QP) requester() {
+	defer qp.wg.Done()
+	s := &reqState{timer: time.NewTimer(time.Hour)}
+	s.timer.Stop()
+	defer s.timer.Stop()
+	for {
+		select {
+		case <-qp.stop:
+			return
+		case <-qp.bell:
+		case r := <-qp.acks:
+			qp.onResponse(s, r)
+			for more := true; more; {
+				select {
+				case r := <-qp.acks:
+					qp.onResponse(s, r)
+				default:
+					more = false
+				}
+			}
+		case <-s.timer.C:
+			qp.onTimer(s)
+		}
+		qp.step(s)
+	}
+}
+
+func (qp *QP) snapshot() (QPState, qpAttr, uint64) {
+	qp.mu.Lock()
+	defer qp.mu.Unlock()
+	return qp.state, qp.attr, qp.resetGen
+}
+
+// step fetches and executes what the state allows and completes what is done.
+func (qp *QP) step(s *reqState) {
+	st, attr, gen := qp.snapshot()
+	if gen != s.gen {
+		// Back to RESET: outstanding work is discarded without completions.
+		*s = reqState{gen: gen, timer: s.timer}
+		s.timer.Stop()
+		qp.sqr.Reset()
+	}
+	switch st {
+	case StateRTS:
+		if !s.psnInit {
+			s.nextPSN, s.psnInit = attr.sqPSN, true
+		}
+		qp.fetch(s, &attr)
+	case StateSQD:
+		qp.mu.Lock()
+		report := !qp.drained && len(s.inflight) == 0
+		qp.drained = qp.drained || report
+		qp.mu.Unlock()
+		if report {
+			qp.fn.event(EventSQDrained, qp.qpn)
+		}
+	case StateERR:
+		qp.flush(s)
+		return
+	}
+	qp.complete(s)
+}
+
+// fetch executes posted WQEs in order while the window, the fences and the
+// outstanding-read limit allow.
+func (qp *QP) fetch(s *reqState, a *qpAttr) {
+	maxRD := max(int(a.maxRD), 1)
+	for !s.erred && len(s.inflight) < window {
+		f, ok := qp.sqr.Peek()
+		if !ok {
+			return
+		}
+		switch f.Fence {
+		case sq.FenceFence, sq.FenceSmallAndFence:
+			if s.reads > 0 {
+				return
+			}
+		case sq.FenceStrongOrdering:
+			if len(s.inflight) > 0 {
+				return
+			}
+		}
+		if (f.Opcode == sq.OpRDMARead || f.Opcode == sq.OpAtomicCS || f.Opcode == sq.OpAtomicFA) && s.reads >= maxRD {
+			return
+		}
+		w, f, err := qp.sqr.Fetch(s.scratch[:])
+		p := &pending{idx: f.WQEIndex, op: f.Opcode, signaled: f.Signaled()}
+		s.inflight = append(s.inflight, p)
+		if err != nil {
+			qp.fail(s, p, cq.SyndromeLocalQPOp)
+			return
+		}
+		qp.execute(s, a, p, w, &f)
+	}
+}
+
+// fail ends p with an error syndrome; nothing after it executes.
+func (qp *QP) fail(s *reqState, p *pending, synd cq.Syndrome) {
+	p.done, p.synd = true, synd
+	s.erred = true
+}
+
+// execute runs one WQE: local work at once, remote work as a request.
+func (qp *QP) execute(s *reqState, a *qpAttr, p *pending, w []byte, f *sq.CtrlFields) {
+	segs := w[sq.CtrlSegSize:]
+	var req *request
+	var synd cq.Syndrome
+	switch f.Opcode {
+	case sq.OpNOP:
+		p.done = true
+		return
+	case sq.OpUMR:
+		synd = qp.doUMR(segs, klm.Key(f.Imm))
+	case sq.OpSetPSV:
+		synd = qp.doSetPSV(segs)
+	case sq.OpSend, sq.OpSendImm, sq.OpSendInval:
+		req = &request{op: f.Opcode, imm: f.Imm, solicited: f.SE}
+		req.src, req.length, synd = qp.gather(segs, klm.LocalRead)
+	case sq.OpRDMAWrite, sq.OpRDMAWriteImm:
+		if len(segs) < sq.RaddrSegSize {
+			synd = cq.SyndromeLocalQPOp
+			break
+		}
+		r := sq.RaddrSeg(segs).Fields()
+		req = &request{op: f.Opcode, raddr: r.Addr, rkey: klm.Key(r.RKey), imm: f.Imm, solicited: f.SE}
+		req.src, req.length, synd = qp.gather(segs[sq.RaddrSegSize:], klm.LocalRead)
+	case sq.OpRDMARead:
+		if len(segs) < sq.RaddrSegSize {
+			synd = cq.SyndromeLocalQPOp
+			break
+		}
+		r := sq.RaddrSeg(segs).Fields()
+		req = &request{op: f.Opcode, raddr: r.Addr, rkey: klm.Key(r.RKey)}
+		req.dst, req.length, synd = qp.gather(segs[sq.RaddrSegSize:], klm.LocalWrite)
+		p.readAtomic = true
+	case sq.OpAtomicCS, sq.OpAtomicFA:
+		if len(segs) < sq.RaddrSegSize+sq.AtomicSize {
+			synd = cq.SyndromeLocalQPOp
+			break
+		}
+		r := sq.RaddrSeg(segs).Fields()
+		at := sq.AtomicSeg(segs[sq.RaddrSegSize:]).Fields()
+		req = &request{op: f.Opcode, raddr: r.Addr, rkey: klm.Key(r.RKey), swapAdd: at.SwapAdd, compare: at.Compare}
+		req.dst, req.length, synd = qp.gather(segs[sq.RaddrSegSize+sq.AtomicSize:], klm.LocalWrite)
+		if synd == 0 && req.length != 8 {
+			synd = cq.SyndromeLocalLength
+		}
+		p.readAtomic = true
+	default:
+		synd = cq.SyndromeLocalQPOp
+	}
+	if synd != 0 {
+		qp.fail(s, p, synd)
+		return
+	}
+	if req == nil {
+		p.done = true
+		return
+	}
+	req.from, req.psn = qp, s.nextPSN
+	s.nextPSN = (s.nextPSN + 1) & 0xFFFFFF
+	p.req = req
+	if p.readAtomic {
+		s.reads++
+	}
+	qp.send(s, a, req)
+}
+
+// send hands a request to the peer's responder; a peer that does not exist
+// or is not ready drops it, and the ACK timeout retries.
+func (qp *QP) send(s *reqState, a *qpAttr, req *request) {
+	if peer := qp.dev.fabric.lookup(a.remoteLID, a.remoteQPN); peer != nil {
+		select {
+		case peer.inbox <- req:
+		default:
+		}
+	}
+	if s.timer != nil && !s.rnrWait && s.deadline.IsZero() {
+		qp.armTimer(s, qp.dev.duration(ackTimeout(a.timeout)), false)
+	}
+}
+
+func (qp *QP) armTimer(s *reqState, d time.Duration, rnr bool) {
+	s.timer.Stop()
+	if d <= 0 {
+		s.deadline, s.rnrWait = time.Time{}, false
+		return
+	}
+	s.deadline, s.rnrWait = time.Now().Add(d), rnr
+	s.timer.Reset(d)
+}
+
+// gather resolves data segments (or inline data) into memory segments with
+// the given local access.
+func (qp *QP) gather(segs []byte, need klm.Access) ([][]byte, uint64, cq.Syndrome) {
+	var out [][]byte
+	var total uint64
+	for len(segs) >= sq.SegSize {
+		w := binary.BigEndian.Uint32(segs)
+		if w&sq.InlineFlag != 0 {
+			n := int(w &^ sq.InlineFlag)
+			if need != klm.LocalRead || 4+n > len(segs) {
+				return nil, 0, cq.SyndromeLocalQPOp
+			}
+			out = append(out, append([]byte(nil), segs[4:4+n]...))
+			total += uint64(n)
+			segs = segs[(4+n+sq.SegSize-1)/sq.SegSize*sq.SegSize:]
+			continue
+		}
+		d := sq.DataSeg(segs).Fields()
+		segs = segs[sq.DataSegSize:]
+		if d.ByteCount == 0 {
+			continue
+		}
+		var err error
+		out, err = qp.fn.mkeys.Resolve(out, klm.Request{Key: klm.Key(d.LKey), PD: qp.pd, Addr: d.Addr, Len: uint64(d.ByteCount), Access: need})
+		if err != nil {
+			return nil, 0, cq.SyndromeLocalProt
+		}
+		total += uint64(d.ByteCount)
+		if total > 1<<31 {
+			return nil, 0, cq.SyndromeLocalLength
+		}
+	}
+	return out, total, 0
+}
+
+func (qp *QP) doUMR(segs []byte, target klm.Key) cq.Syndrome {
+	fetch := func(key klm.Key, addr uint64, n int) ([]byte, error) {
+		var buf []byte
+		segs, err := qp.fn.mkeys.Resolve(nil, klm.Request{Key: key, PD: qp.pd, Addr: addr, Len: uint64(n), Access: klm.LocalRead})
+		if err != nil {
+			return nil, err
+		}
+		for _, s := range segs {
+			buf = append(buf, s...)
+		}
+		return buf, nil
+	}
+	op, err := umr.Decode(segs, target, fetch)
+	if err != nil {
+		if errors.Is(err, klm.ErrFault) {
+			return cq.SyndromeLocalProt
+		}
+		return cq.SyndromeLocalQPOp
+	}
+	if m := qp.fn.mkeys.Lookup(target.Index()); m == nil || m.PD != qp.pd {
+		return cq.SyndromeLocalProt
+	}
+	if err := umr.Apply(qp.fn.mkeys, op); err != nil {
+		switch {
+		case errors.Is(err, umr.ErrNotFree), errors.Is(err, umr.ErrFree), errors.Is(err, umr.ErrAccess), errors.Is(err, umr.ErrNotUMR):
+			return cq.SyndromeLocalProt
+		}
+		return cq.SyndromeLocalQPOp
+	}
+	return 0
+}
+
+func (qp *QP) doSetPSV(segs []byte) cq.Syndrome {
+	if len(segs) < sq.PSVSegSize {
+		return cq.SyndromeLocalQPOp
+	}
+	f := sq.PSVSeg(segs).Fields()
+	p := qp.fn.psv(f.Index)
+	if p == nil || p.pd != qp.pd {
+		return cq.SyndromeLocalProt
+	}
+	p.mu.Lock()
+	p.bg, p.app, p.ref = f.Guard, f.AppTag, f.RefTag
+	p.mu.Unlock()
+	return 0
+}
+
+// onResponse applies an ACK or NAK to the request with its PSN.
+func (qp *QP) onResponse(s *reqState, r response) {
+	_, a, gen := qp.snapshot()
+	if gen != s.gen || s.erred {
+		return
+	}
+	var p *pending
+	for _, q := range s.inflight {
+		if q.req != nil && !q.acked && q.req.psn == r.psn {
+			p = q
+			break
+		}
+	}
+	if p == nil || p.done {
+		return // stale (a retransmission's second answer)
+	}
+	switch r.kind {
+	case respACK:
+		p.acked, p.done, p.bytes = true, true, r.bytes
+		if p.readAtomic {
+			s.reads--
+		}
+		p.retries = 0
+		if !s.rnrWait {
+			qp.armTimer(s, 0, false)
+			if qp.unacked(s) != nil {
+				qp.armTimer(s, qp.dev.duration(ackTimeout(a.timeout)), false)
+			}
+		}
+	case respRNR:
+		if a.rnrRetry != 7 && p.rnrRetries >= int(a.rnrRetry) {
+			qp.fail(s, p, cq.SyndromeRNRRetry)
+			return
+		}
+		p.rnrRetries++
+		qp.armTimer(s, qp.dev.duration(rnrDelay(r.rnrDly)), true)
+	case respAccess:
+		qp.fail(s, p, cq.SyndromeRemoteAccess)
+	case respInvalid:
+		qp.fail(s, p, cq.SyndromeRemoteInvalReq)
+	default:
+		qp.fail(s, p, cq.SyndromeRemoteOp)
+	}
+}
+
+// unacked returns the oldest request not yet answered.
+func (qp *QP) unacked(s *reqState) *pending {
+	for _, p := range s.inflight {
+		if p.req != nil && !p.acked && !p.done {
+			return p
+		}
+	}
+	return nil
+}
+
+// onTimer retransmits every unanswered request from the oldest on (the
+// responder drops what follows a request it could not take), after an
+// RNR delay or an ACK timeout; too many timeouts fail the oldest.
+func (qp *QP) onTimer(s *reqState) {
+	st, a, gen := qp.snapshot()
+	rnr := s.rnrWait
+	s.deadline, s.rnrWait = time.Time{}, false
+	if gen != s.gen || s.erred || (st != StateRTS && st != StateSQD) {
+		return
+	}
+	head := qp.unacked(s)
+	if head == nil {
+		return
+	}
+	if !rnr {
+		head.retries++
+		if head.retries > int(a.retry) {
+			qp.fail(s, head, cq.SyndromeTransportRetry)
+			return
+		}
+	}
+	for _, p := range s.inflight {
+		if p.req != nil && !p.acked && !p.done {
+			qp.send(s, &a, p.req)
+		}
+	}
+	qp.armTimer(s, qp.dev.duration(ackTimeout(a.timeout)), false)
+}
+
+// complete writes the CQEs of finished WQEs, in order.
+func (qp *QP) complete(s *reqState) {
+	n := 0
+	for ; n < len(s.inflight) && s.inflight[n].done; n++ {
+		p := s.inflight[n]
+		if p.synd != 0 {
+			qp.cqe(&cq.Fields{Opcode: cq.OpReqErr, QPN: qp.qpn, WQEOpcode: uint8(p.op), WQECounter: p.idx, Syndrome: p.synd}, true)
+			s.inflight = s.inflight[n+1:]
+			qp.toError()
+			qp.flush(s)
+			return
+		}
+		if p.signaled {
+			qp.cqe(&cq.Fields{Opcode: cq.OpReq, QPN: qp.qpn, WQEOpcode: uint8(p.op), WQECounter: p.idx, ByteCount: p.bytes}, false)
+		}
+	}
+	if n > 0 {
+		s.inflight = append(s.inflight[:0], s.inflight[n:]...)
+	}
+}
+
+// cqe writes a send completion; a CQ that cannot take it puts the QP in error.
+func (qp *QP) cqe(f *cq.Fields, solicited bool) {
+	if !qp.scq.push(f, solicited) {
+		qp.fn.event(EventQPFatal, qp.qpn)
+		qp.toError()
+	}
+}
+
+// flush completes every outstanding and posted WQE with WR_FLUSH_ERR, in
+// order (signaled or not).
+func (qp *QP) flush(s *reqState) {
+	s.timer.Stop()
+	s.deadline, s.rnrWait = time.Time{}, false
+	for _, p := range s.inflight {
+		qp.cqe(&cq.Fields{Opcode: cq.OpReqErr, QPN: qp.qpn, WQEOpcode: uint8(p.op), WQECounter: p.idx, Syndrome: cq.SyndromeWRFlush}, true)
+	}
+	s.inflight = s.inflight[:0]
+	s.reads = 0
+	s.erred = true
+	for qp.sqr.Pending() {
+		w, f, err := qp.sqr.Fetch(s.scratch[:])
+		_ = w
+		if err != nil {
+			f.WQEIndex = qp.sqr.Consumer() - 1
+		}
+		qp.cqe(&cq.Fields{Opcode: cq.OpReqErr, QPN: qp.qpn, WQEOpcode: uint8(f.Opcode), WQECounter: f.WQEIndex, Syndrome: cq.SyndromeWRFlush}, true)
+	}
+}

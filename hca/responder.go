@@ -1,0 +1,321 @@
+package hca
+
+import (
+	"encoding/binary"
+
+	"github.com/hcasim/hcasim/cq"
+	"github.com/hcasim/hcasim/internal/dma"
+	"github.com/hcasim/hcasim/klm"
+	"github.com/hcasim/hcasim/sq"
+)
+
+// respState is the responder goroutine's own state.
+type respState struct {
+	gen      uint64
+	psnInit  bool
+	expected uint32 // the next PSN to execute
+	rqCI     uint16 // receive WQEs consumed
+}
+
+func (qp *QP) responder() {
+	defer qp.wg.Done()
+	s := &respState{}
+	for {
+		select {
+		case <-qp.stop:
+			return
+		case r := <-qp.inbox:
+			qp.serve(s, r)
+		case <-qp.rbell:
+		}
+		qp.respStep(s)
+	}
+}
+
+// respStep resets after RESET and flushes the receive queue in ERR.
+func (qp *QP) respStep(s *respState) {
+	st, _, gen := qp.snapshot()
+	if gen != s.gen {
+		*s = respState{gen: gen}
+	}
+	if st == StateERR {
+		for qp.rqHead() != s.rqCI {
+			qp.rcqe(&cq.Fields{Opcode: cq.OpRespErr, QPN: qp.qpn, WQECounter: s.rqCI, Syndrome: cq.SyndromeWRFlush}, true)
+			s.rqCI++
+		}
+	}
+}
+
+// rqHead returns the driver's receive counter from the doorbell record.
+func (qp *QP) rqHead() uint16 { return uint16(dma.LoadBE32(qp.rqDB)) }
+
+// recvWQE returns the scatter list of the next receive WQE, if one is posted.
+func (qp *QP) recvWQE(s *respState) ([]sq.DataFields, bool) {
+	if qp.rqHead() == s.rqCI {
+		return nil, false
+	}
+	stride := 1 << qp.rqStride
+	i := int(s.rqCI) & (1<<qp.rqLog - 1)
+	w := qp.rqBuf[i*stride : (i+1)*stride]
+	var out []sq.DataFields
+	for len(w) >= sq.DataSegSize {
+		d := sq.DataSeg(w).Fields()
+		if klm.Key(d.LKey) == klm.TerminatorLKey {
+			break
+		}
+		out = append(out, d)
+		w = w[sq.DataSegSize:]
+	}
+	return out, true
+}
+
+// respond sends r's answer back to its requester; the requester's window
+// guarantees room.
+func respond(r *request, kind respKind, bytes uint32, rnr uint8) {
+	select {
+	case r.from.acks <- response{psn: r.psn, kind: kind, bytes: bytes, rnrDly: rnr}:
+	default:
+	}
+}
+
+// serve executes one request in PSN order.
+func (qp *QP) serve(s *respState, r *request) {
+	st, a, gen := qp.snapshot()
+	if gen != s.gen {
+		*s = respState{gen: gen}
+	}
+	if st != StateRTR && st != StateRTS && st != StateSQD {
+		return // a QP that is not ready (or in error) drops requests silently
+	}
+	if !s.psnInit {
+		s.expected, s.psnInit = a.rqPSN, true
+	}
+	if r.psn != s.expected {
+		if (s.expected-r.psn)&0xFFFFFF < 1<<23 {
+			// A duplicate of a request already executed (its requester timed
+			// out): answer it again; READ data is read again.
+			if r.op == sq.OpRDMARead {
+				qp.serveRead(r, &a)
+				return
+			}
+			respond(r, respACK, uint32(r.length), 0)
+		}
+		return // a request after a gap waits for its retransmission
+	}
+	var kind respKind
+	var bytes uint32
+	switch r.op {
+	case sq.OpSend, sq.OpSendImm, sq.OpSendInval:
+		kind = qp.serveSend(s, r)
+	case sq.OpRDMAWrite, sq.OpRDMAWriteImm:
+		kind = qp.serveWrite(s, r, &a)
+	case sq.OpRDMARead:
+		kind, bytes = qp.serveReadKind(r, &a)
+	case sq.OpAtomicCS, sq.OpAtomicFA:
+		kind = qp.serveAtomic(r, &a)
+		bytes = 8
+	default:
+		kind = respInvalid
+	}
+	switch kind {
+	case respACK:
+		s.expected = (s.expected + 1) & 0xFFFFFF
+		if r.op != sq.OpRDMARead && r.op != sq.OpAtomicCS && r.op != sq.OpAtomicFA {
+			bytes = uint32(r.length)
+		}
+		respond(r, respACK, bytes, 0)
+	case respRNR:
+		respond(r, respRNR, 0, a.minRNR)
+	default:
+		respond(r, kind, 0, 0)
+		qp.toError()
+	}
+}
+
+// scatter resolves a receive WQE's scatter list for n bytes.
+func (qp *QP) scatter(list []sq.DataFields, n uint64) ([][]byte, cq.Syndrome) {
+	var total uint64
+	for _, d := range list {
+		total += uint64(d.ByteCount)
+	}
+	if total < n {
+		return nil, cq.SyndromeLocalLength
+	}
+	var out [][]byte
+	for _, d := range list {
+		if n == 0 {
+			break
+		}
+		take := min(uint64(d.ByteCount), n)
+		var err error
+		out, err = qp.fn.mkeys.Resolve(out, klm.Request{Key: klm.Key(d.LKey), PD: qp.pd, Addr: d.Addr, Len: take, Access: klm.LocalWrite})
+		if err != nil {
+			return nil, cq.SyndromeLocalProt
+		}
+		n -= take
+	}
+	return out, 0
+}
+
+func (qp *QP) serveSend(s *respState, r *request) respKind {
+	list, ok := qp.recvWQE(s)
+	if !ok {
+		return respRNR
+	}
+	idx := s.rqCI
+	dst, synd := qp.scatter(list, r.length)
+	op := cq.OpRespSend
+	switch r.op {
+	case sq.OpSendImm:
+		op = cq.OpRespSendImm
+	case sq.OpSendInval:
+		op = cq.OpRespSendInv
+		if synd == 0 && !qp.invalidate(klm.Key(r.imm)) {
+			synd = cq.SyndromeLocalProt
+		}
+	}
+	if synd != 0 {
+		s.rqCI++
+		qp.rcqe(&cq.Fields{Opcode: cq.OpRespErr, QPN: qp.qpn, WQECounter: idx, Syndrome: synd}, true)
+		if synd == cq.SyndromeLocalLength {
+			return respInvalid
+		}
+		return respRemoteOp
+	}
+	copySegs(dst, r.src)
+	s.rqCI++
+	f := cq.Fields{Opcode: op, QPN: qp.qpn, WQECounter: idx, ByteCount: uint32(r.length)}
+	if op != cq.OpRespSend {
+		f.Immediate = r.imm
+	}
+	qp.rcqe(&f, r.solicited)
+	return respACK
+}
+
+// invalidate carries out a SEND_WITH_INV: the key must be this function's,
+// in the QP's PD, enabled for remote invalidation.
+func (qp *QP) invalidate(key klm.Key) bool {
+	err := qp.fn.mkeys.Update(key.Index(), func(cur *klm.Mkey) (*klm.Mkey, error) {
+		if cur.Free || cur.Variant != key.Variant() || cur.PD != qp.pd || !cur.RemoteInvalidate {
+			return nil, klm.ErrBadAccess
+		}
+		m := cur.Clone()
+		m.Free = true
+		return m, nil
+	})
+	return err == nil
+}
+
+func (qp *QP) serveWrite(s *respState, r *request, a *qpAttr) respKind {
+	if a.access&QPAccessWrite == 0 {
+		return respAccess
+	}
+	var list []sq.DataFields
+	if r.op == sq.OpRDMAWriteImm {
+		var ok bool
+		if list, ok = qp.recvWQE(s); !ok {
+			return respRNR
+		}
+	}
+	dst, err := qp.fn.mkeys.Resolve(nil, klm.Request{Key: r.rkey, PD: qp.pd, Addr: r.raddr, Len: r.length, Access: klm.RemoteWrite})
+	if err != nil {
+		return respAccess
+	}
+	copySegs(dst, r.src)
+	if r.op == sq.OpRDMAWriteImm {
+		_ = list
+		idx := s.rqCI
+		s.rqCI++
+		qp.rcqe(&cq.Fields{Opcode: cq.OpRespWriteImm, QPN: qp.qpn, WQECounter: idx, ByteCount: uint32(r.length), Immediate: r.imm}, r.solicited)
+	}
+	return respACK
+}
+
+func (qp *QP) serveReadKind(r *request, a *qpAttr) (respKind, uint32) {
+	if a.access&QPAccessRead == 0 {
+		return respAccess, 0
+	}
+	src, err := qp.fn.mkeys.Resolve(nil, klm.Request{Key: r.rkey, PD: qp.pd, Addr: r.raddr, Len: r.length, Access: klm.RemoteRead})
+	if err != nil {
+		return respAccess, 0
+	}
+	copySegs(r.dst, src)
+	return respACK, uint32(r.length)
+}
+
+func (qp *QP) serveRead(r *request, a *qpAttr) {
+	kind, n := qp.serveReadKind(r, a)
+	respond(r, kind, n, 0)
+}
+
+// serveAtomic runs a compare-and-swap or fetch-and-add on a big-endian
+// 64-bit word and returns the original value into the requester's buffer.
+func (qp *QP) serveAtomic(r *request, a *qpAttr) respKind {
+	if a.access&QPAccessAtomic == 0 {
+		return respAccess
+	}
+	if r.raddr%8 != 0 {
+		return respInvalid
+	}
+	segs, err := qp.fn.mkeys.Resolve(nil, klm.Request{Key: r.rkey, PD: qp.pd, Addr: r.raddr, Len: 8, Access: klm.Atomic})
+	if err != nil {
+		return respAccess
+	}
+	var word [8]byte
+	qp.dev.atomicMu.Lock()
+	gatherTo(word[:], segs)
+	old := binary.BigEndian.Uint64(word[:])
+	nv := old
+	if r.op == sq.OpAtomicFA {
+		nv = old + r.swapAdd
+	} else if old == r.compare {
+		nv = r.swapAdd
+	}
+	binary.BigEndian.PutUint64(word[:], nv)
+	scatterFrom(segs, word[:])
+	qp.dev.atomicMu.Unlock()
+	binary.BigEndian.PutUint64(word[:], old)
+	scatterFrom(r.dst, word[:])
+	return respACK
+}
+
+// rcqe writes a receive completion.
+func (qp *QP) rcqe(f *cq.Fields, solicited bool) {
+	if !qp.rcq.push(f, solicited) {
+		qp.fn.event(EventQPFatal, qp.qpn)
+		qp.toError()
+	}
+}
+
+// copySegs copies the bytes of src segments into dst segments, as one
+// stream, and returns the bytes copied.
+func copySegs(dst, src [][]byte) int {
+	n := 0
+	var d []byte
+	for _, s := range src {
+		for len(s) > 0 {
+			for len(d) == 0 {
+				if len(dst) == 0 {
+					return n
+				}
+				d, dst = dst[0], dst[1:]
+			}
+			k := copy(d, s)
+			d, s = d[k:], s[k:]
+			n += k
+		}
+	}
+	return n
+}
+
+func gatherTo(b []byte, segs [][]byte) {
+	for _, s := range segs {
+		b = b[copy(b, s):]
+	}
+}
+
+func scatterFrom(segs [][]byte, b []byte) {
+	for _, s := range segs {
+		b = b[copy(s, b):]
+	}
+}

@@ -1,0 +1,263 @@
+// Package verbs is hcasim's driver and Go verbs API, shaped after
+// libibverbs and the kernel verbs: contexts, protection domains, memory
+// regions (registered, fast-registration and, later, integrity), completion
+// queues with a completion channel, and RC queue pairs with PostSend and
+// PostRecv.
+//
+// It is a driver in the hardware sense: it talks to an [hca.Function] only
+// through the command mailbox, DMA memory, doorbells and events, writes
+// real mlx5 WQEs into the rings and parses real CQEs, building them as
+// mlx5's own driver does (field values, DS counts, fences).
+package verbs
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"unsafe"
+
+	"github.com/hcasim/hcasim/hca"
+)
+
+// Errors callers branch on.
+var (
+	ErrClosed       = errors.New("verbs: closed")
+	ErrNotDMA       = errors.New("verbs: buffer is not DMA memory of this context")
+	ErrInvalid      = errors.New("verbs: invalid argument")
+	ErrBadOpcode    = errors.New("verbs: bad work request opcode")
+	ErrTooManySGE   = errors.New("verbs: too many scatter/gather entries")
+	ErrQPState      = errors.New("verbs: QP state does not allow posting")
+	ErrRingFull     = errors.New("verbs: work queue full")
+	ErrInlineTooBig = errors.New("verbs: inline data larger than the QP allows")
+)
+
+// Context is an open device function: the driver instance. It is safe for
+// concurrent use; its objects document their own rules.
+type Context struct {
+	fn   hca.Function
+	caps hca.Caps
+	lid  uint16
+
+	mu      sync.Mutex
+	closed  bool
+	allocs  []allocation
+	regs    []*MR // registered MRs over buffers the driver mapped (inline reads)
+	qps     map[uint32]*QP
+	cqs     map[uint32]*CQ
+	async   chan hca.Event
+	stopEv  chan struct{}
+	evDone  chan struct{}
+	variant uint8  // key variants handed to new mkeys
+	nextMap uint64 // IOVAs for buffers the driver maps itself
+}
+
+type allocation struct {
+	addr uintptr
+	buf  []byte
+	iova uint64
+}
+
+// Open opens a new function of an in-process device.
+func Open(dev *hca.Device) (*Context, error) {
+	fn, err := dev.Open()
+	if err != nil {
+		return nil, err
+	}
+	return New(fn)
+}
+
+// New returns a context over a function (in process, or a socket client).
+func New(fn hca.Function) (*Context, error) {
+	c := &Context{fn: fn, qps: map[uint32]*QP{}, cqs: map[uint32]*CQ{},
+		async: make(chan hca.Event, 256), stopEv: make(chan struct{}), evDone: make(chan struct{})}
+	out := hca.Out(fn.Command(hca.NewIn(hca.CmdQueryHCACap, hca.InHeaderSize)))
+	if err := out.Err(hca.CmdQueryHCACap); err != nil {
+		return nil, err
+	}
+	c.caps = capsFrom(out)
+	c.lid = uint16(out.U32(hca.CapOutLID) >> 16)
+	go c.events()
+	return c, nil
+}
+
+func capsFrom(o hca.Out) hca.Caps {
+	in := hca.In(o)
+	var c hca.Caps
+	c.MaxPD, c.MaxCQ, c.MaxQP, c.MaxPSV = in.U32(hca.CapOutMaxPD), in.U32(hca.CapOutMaxCQ), in.U32(hca.CapOutMaxQP), in.U32(hca.CapOutMaxPSV)
+	c.Mkey.MaxMkeys = in.U32(hca.CapOutMaxMkeys)
+	c.LogMaxCQSize, c.LogMaxSQSize, c.LogMaxRQSize = in.U8(hca.CapOutLogSizes), in.U8(hca.CapOutLogSizes+1), in.U8(hca.CapOutLogSizes+2)
+	c.Mkey.LogMaxKLMListSize = in.U8(hca.CapOutLogSizes + 3)
+	c.MaxSGE, c.Mkey.MaxIndirection, c.MaxRDAtomic = in.U16(hca.CapOutMaxSGE), in.U8(hca.CapOutMaxIndir), in.U8(hca.CapOutMaxRDAtomic)
+	c.MaxInline = in.U32(hca.CapOutMaxInline)
+	c.SignatureHandover = in.U8(hca.CapOutFlags+3)&hca.CapFlagSigHandover != 0
+	c.UMRFence = in.U8(hca.CapOutUMRFence) >> 4
+	c.Mkey.MaxRepeatEntries = in.U16(hca.CapOutRepeatEnts)
+	c.Mkey.MinLogPageSize, c.Mkey.MaxLogPageSize = in.U8(hca.CapOutMinLogPage), in.U8(hca.CapOutMaxLogPage)
+	c.MaxMappedBytes = in.U64(hca.CapOutMaxMapped)
+	return c
+}
+
+// Caps returns the device capabilities (QUERY_HCA_CAP).
+func (c *Context) Caps() hca.Caps { return c.caps }
+
+// LID returns the device's fabric address, for peers to connect to.
+func (c *Context) LID() uint16 { return c.lid }
+
+// Function returns the function the context drives.
+func (c *Context) Function() hca.Function { return c.fn }
+
+// cmd runs a command and returns its output or a *hca.CmdError.
+func (c *Context) cmd(in hca.In) (hca.Out, error) {
+	out := hca.Out(c.fn.Command(in))
+	return out, out.Err(in.Opcode())
+}
+
+// Alloc returns n zeroed bytes of DMA memory, usable in memory regions and
+// work requests. Over a socket only such memory can be registered.
+func (c *Context) Alloc(n int) ([]byte, error) {
+	buf, iova, err := c.fn.AllocDMA(n, 4096)
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	c.allocs = append(c.allocs, allocation{uintptr(unsafe.Pointer(unsafe.SliceData(buf))), buf, iova})
+	c.mu.Unlock()
+	return buf, nil
+}
+
+// Free releases memory Alloc returned.
+func (c *Context) Free(buf []byte) error {
+	a := uintptr(unsafe.Pointer(unsafe.SliceData(buf)))
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i, al := range c.allocs {
+		if al.addr == a {
+			c.allocs = append(c.allocs[:i], c.allocs[i+1:]...)
+			return c.fn.FreeDMA(al.iova)
+		}
+	}
+	return ErrNotDMA
+}
+
+// bufferMapper is what an in-process function offers beyond Function:
+// mapping any Go buffer for DMA.
+type bufferMapper interface {
+	MapBuffer(iova uint64, buf []byte) error
+	UnmapBuffer(iova uint64) error
+}
+
+// iovaOf returns the IOVA of buf's first byte if buf lies in DMA memory of
+// this context.
+func (c *Context) iovaOf(buf []byte) (uint64, bool) {
+	if len(buf) == 0 {
+		return 0, false
+	}
+	a := uintptr(unsafe.Pointer(unsafe.SliceData(buf)))
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, al := range c.allocs {
+		if a >= al.addr && a+uintptr(len(buf)) <= al.addr+uintptr(len(al.buf)) {
+			return al.iova + uint64(a-al.addr), true
+		}
+	}
+	return 0, false
+}
+
+// dma allocates driver-internal DMA memory (rings, doorbell records,
+// translation lists).
+func (c *Context) dma(n, align int) ([]byte, uint64, error) {
+	return c.fn.AllocDMA(n, align)
+}
+
+// nextVariant returns the key variant for a new mkey.
+func (c *Context) nextVariant() uint8 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.variant++
+	return c.variant
+}
+
+// AsyncEvents returns the channel of asynchronous events (CQ error, QP
+// fatal, SQ drained). It is buffered; events beyond its room are dropped.
+func (c *Context) AsyncEvents() <-chan hca.Event { return c.async }
+
+// events dispatches the function's events: completions to CQ channels,
+// the rest to AsyncEvents.
+func (c *Context) events() {
+	defer close(c.evDone)
+	var evs []hca.Event
+	for {
+		select {
+		case <-c.stopEv:
+			return
+		case <-c.fn.Events():
+		}
+		evs = c.fn.DrainEvents(evs[:0])
+		for _, e := range evs {
+			if e.Type == hca.EventCompletion {
+				c.mu.Lock()
+				cq := c.cqs[e.Obj]
+				c.mu.Unlock()
+				if cq != nil && cq.channel != nil {
+					cq.channel.notify(cq)
+				}
+				continue
+			}
+			select {
+			case c.async <- e:
+			default:
+			}
+		}
+	}
+}
+
+// Close closes the function: every QP stops and its outstanding work is
+// lost, memory is released. Idempotent.
+func (c *Context) Close() error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil
+	}
+	c.closed = true
+	c.mu.Unlock()
+	close(c.stopEv)
+	<-c.evDone
+	return c.fn.Close()
+}
+
+func (c *Context) errClosed() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return ErrClosed
+	}
+	return nil
+}
+
+// PD is a protection domain.
+type PD struct {
+	ctx *Context
+	pdn uint32
+}
+
+// AllocPD allocates a protection domain.
+func (c *Context) AllocPD() (*PD, error) {
+	out, err := c.cmd(hca.NewIn(hca.CmdAllocPD, hca.InHeaderSize))
+	if err != nil {
+		return nil, fmt.Errorf("alloc pd: %w", err)
+	}
+	return &PD{ctx: c, pdn: out.U32(hca.PDOff)}, nil
+}
+
+// Handle returns the PD number.
+func (pd *PD) Handle() uint32 { return pd.pdn }
+
+// Dealloc frees the PD; it fails while objects use it.
+func (pd *PD) Dealloc() error {
+	_, err := pd.ctx.cmd(hca.NewIn(hca.CmdDeallocPD, hca.PDOff+4).Put32(hca.PDOff, pd.pdn))
+	if err != nil {
+		return fmt.Errorf("dealloc pd %d: %w", pd.pdn, err)
+	}
+	return nil
+}

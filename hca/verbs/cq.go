@@ -1,0 +1,275 @@
+package verbs
+
+import (
+	"fmt"
+	"sync"
+
+	"github.com/hcasim/hcasim/cq"
+	"github.com/hcasim/hcasim/hca"
+	"github.com/hcasim/hcasim/sq"
+)
+
+// WCStatus is a work completion's status (IBV_WC_*).
+type WCStatus uint8
+
+// Work completion statuses.
+const (
+	WCSuccess WCStatus = iota
+	WCLocLenErr
+	WCLocQPOpErr
+	WCLocEECOpErr
+	WCLocProtErr
+	WCWRFlushErr
+	WCMWBindErr
+	WCBadRespErr
+	WCLocAccessErr
+	WCRemInvReqErr
+	WCRemAccessErr
+	WCRemOpErr
+	WCRetryExcErr
+	WCRNRRetryExcErr
+	WCLocRDDViolErr
+	WCRemInvRDReqErr
+	WCRemAbortErr
+	WCInvEECNErr
+	WCInvEECStateErr
+	WCFatalErr
+	WCRespTimeoutErr
+	WCGeneralErr
+)
+
+var wcNames = [...]string{
+	"IBV_WC_SUCCESS", "IBV_WC_LOC_LEN_ERR", "IBV_WC_LOC_QP_OP_ERR", "IBV_WC_LOC_EEC_OP_ERR", "IBV_WC_LOC_PROT_ERR",
+	"IBV_WC_WR_FLUSH_ERR", "IBV_WC_MW_BIND_ERR", "IBV_WC_BAD_RESP_ERR", "IBV_WC_LOC_ACCESS_ERR", "IBV_WC_REM_INV_REQ_ERR",
+	"IBV_WC_REM_ACCESS_ERR", "IBV_WC_REM_OP_ERR", "IBV_WC_RETRY_EXC_ERR", "IBV_WC_RNR_RETRY_EXC_ERR", "IBV_WC_LOC_RDD_VIOL_ERR",
+	"IBV_WC_REM_INV_RD_REQ_ERR", "IBV_WC_REM_ABORT_ERR", "IBV_WC_INV_EECN_ERR", "IBV_WC_INV_EEC_STATE_ERR", "IBV_WC_FATAL_ERR",
+	"IBV_WC_RESP_TIMEOUT_ERR", "IBV_WC_GENERAL_ERR",
+}
+
+func (s WCStatus) String() string {
+	if int(s) < len(wcNames) {
+		return wcNames[s]
+	}
+	return fmt.Sprintf("WCStatus(%d)", uint8(s))
+}
+
+// statusOf maps a CQE syndrome to a status as the kernel's mlx5 driver does.
+func statusOf(s cq.Syndrome) WCStatus {
+	switch s {
+	case cq.SyndromeLocalLength:
+		return WCLocLenErr
+	case cq.SyndromeLocalQPOp:
+		return WCLocQPOpErr
+	case cq.SyndromeLocalProt:
+		return WCLocProtErr
+	case cq.SyndromeWRFlush:
+		return WCWRFlushErr
+	case cq.SyndromeMWBind:
+		return WCMWBindErr
+	case cq.SyndromeBadResp:
+		return WCBadRespErr
+	case cq.SyndromeLocalAccess:
+		return WCLocAccessErr
+	case cq.SyndromeRemoteInvalReq:
+		return WCRemInvReqErr
+	case cq.SyndromeRemoteAccess:
+		return WCRemAccessErr
+	case cq.SyndromeRemoteOp:
+		return WCRemOpErr
+	case cq.SyndromeTransportRetry:
+		return WCRetryExcErr
+	case cq.SyndromeRNRRetry:
+		return WCRNRRetryExcErr
+	case cq.SyndromeRemoteAborted:
+		return WCRemAbortErr
+	}
+	return WCGeneralErr
+}
+
+// WCOpcode is what a work completion completed (IBV_WC_*).
+type WCOpcode uint8
+
+// Work completion opcodes.
+const (
+	WCSend WCOpcode = iota
+	WCRDMAWrite
+	WCRDMARead
+	WCCompSwap
+	WCFetchAdd
+	WCBindMW
+	WCLocalInv
+	WCRegMR
+	WCRecv            WCOpcode = 128
+	WCRecvRDMAWithImm WCOpcode = 129
+)
+
+// WC is a work completion.
+type WC struct {
+	WRID      uint64
+	Status    WCStatus
+	Opcode    WCOpcode
+	VendorErr uint8
+	ByteLen   uint32
+	// Imm is the immediate data (WithImm) or the invalidated rkey (WithInv).
+	Imm     uint32
+	WithImm bool
+	WithInv bool
+	QPN     uint32
+}
+
+// CQ is a completion queue. Poll is thread-compatible (one poller at a
+// time); ReqNotify may be called from any goroutine.
+type CQ struct {
+	ctx     *Context
+	cqn     uint32
+	buf     []byte
+	bufIO   uint64
+	db      []byte
+	dbIO    uint64
+	logSize uint8
+	ci      uint32
+	channel *CompChannel
+	armSN   uint8
+	mu      sync.Mutex // the consumer index, for ReqNotify
+}
+
+// CompChannel delivers CQs whose armed notification fired.
+type CompChannel struct {
+	// C receives each CQ when its requested notification fires.
+	C chan *CQ
+}
+
+// NewCompChannel returns a completion channel with room for n pending notifications.
+func (c *Context) NewCompChannel(n int) *CompChannel {
+	return &CompChannel{C: make(chan *CQ, max(n, 1))}
+}
+
+func (ch *CompChannel) notify(c *CQ) {
+	select {
+	case ch.C <- c:
+	default:
+	}
+}
+
+// CreateCQ creates a CQ with room for at least depth completions; ch, if
+// not nil, receives it when a requested notification fires.
+func (c *Context) CreateCQ(depth int, ch *CompChannel) (*CQ, error) {
+	if depth <= 0 {
+		return nil, fmt.Errorf("create cq of depth %d: %w", depth, ErrInvalid)
+	}
+	log := uint8(0)
+	for 1<<log < depth {
+		log++
+	}
+	if log > c.caps.LogMaxCQSize {
+		return nil, fmt.Errorf("create cq of depth %d: above 2^%d: %w", depth, c.caps.LogMaxCQSize, ErrInvalid)
+	}
+	q := &CQ{ctx: c, logSize: log, channel: ch}
+	var err error
+	if q.buf, q.bufIO, err = c.dma(cq.CQESize<<log, 4096); err != nil {
+		return nil, fmt.Errorf("create cq: %w", err)
+	}
+	if q.db, q.dbIO, err = c.dma(cq.DBRecSize, 64); err != nil {
+		c.fn.FreeDMA(q.bufIO)
+		return nil, fmt.Errorf("create cq: %w", err)
+	}
+	cq.InitRing(q.buf)
+	in := hca.NewIn(hca.CmdCreateCQ, hca.CQInSize).Put8(hca.CQInLogSize, log).Put64(hca.CQInRing, q.bufIO).Put64(hca.CQInDBRec, q.dbIO)
+	out, err := c.cmd(in)
+	if err != nil {
+		c.fn.FreeDMA(q.bufIO)
+		c.fn.FreeDMA(q.dbIO)
+		return nil, fmt.Errorf("create cq: %w", err)
+	}
+	q.cqn = out.U32(hca.CQNOff)
+	c.mu.Lock()
+	c.cqs[q.cqn] = q
+	c.mu.Unlock()
+	return q, nil
+}
+
+// Handle returns the CQ number.
+func (q *CQ) Handle() uint32 { return q.cqn }
+
+// Destroy destroys the CQ; it fails while QPs use it.
+func (q *CQ) Destroy() error {
+	c := q.ctx
+	if _, err := c.cmd(hca.NewIn(hca.CmdDestroyCQ, hca.CQNOff+4).Put32(hca.CQNOff, q.cqn)); err != nil {
+		return fmt.Errorf("destroy cq: %w", err)
+	}
+	c.mu.Lock()
+	delete(c.cqs, q.cqn)
+	c.mu.Unlock()
+	c.fn.FreeDMA(q.bufIO)
+	c.fn.FreeDMA(q.dbIO)
+	return nil
+}
+
+// ReqNotify arms the CQ: the channel gets it at the next completion (or the
+// next solicited or error completion with solicitedOnly).
+func (q *CQ) ReqNotify(solicitedOnly bool) {
+	q.mu.Lock()
+	cmd := uint32(cq.ArmNext)
+	if solicitedOnly {
+		cmd = cq.ArmSolicited
+	}
+	q.armSN++
+	w := cq.ArmWord(q.armSN, cmd, q.ci)
+	q.mu.Unlock()
+	q.ctx.fn.ArmCQ(q.cqn, w)
+}
+
+// Poll fills wcs with completions and returns how many.
+func (q *CQ) Poll(wcs []WC) (int, error) {
+	n := 0
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for n < len(wcs) {
+		e, ok := cq.Poll(q.buf, q.logSize, q.ci)
+		if !ok {
+			break
+		}
+		f := e.Fields()
+		q.ci++
+		if wc, ok := q.ctx.complete(&f); ok {
+			wcs[n] = wc
+			n++
+		}
+	}
+	if n > 0 || true {
+		cq.SetConsumerIndex(q.db, q.ci)
+	}
+	return n, nil
+}
+
+// complete turns a CQE into a work completion through its QP's bookkeeping.
+func (c *Context) complete(f *cq.Fields) (WC, bool) {
+	c.mu.Lock()
+	qp := c.qps[f.QPN]
+	c.mu.Unlock()
+	if qp == nil {
+		return WC{}, false
+	}
+	switch f.Opcode {
+	case cq.OpReq, cq.OpReqErr:
+		return qp.sendDone(f), true
+	case cq.OpRespSend, cq.OpRespSendImm, cq.OpRespSendInv, cq.OpRespWriteImm, cq.OpRespErr:
+		return qp.recvDone(f), true
+	}
+	return WC{}, false
+}
+
+// wcOpcode maps a send WQE opcode to a completion opcode.
+func wcOpcode(op sq.Opcode) WCOpcode {
+	switch op {
+	case sq.OpRDMAWrite, sq.OpRDMAWriteImm:
+		return WCRDMAWrite
+	case sq.OpRDMARead:
+		return WCRDMARead
+	case sq.OpAtomicCS:
+		return WCCompSwap
+	case sq.OpAtomicFA:
+		return WCFetchAdd
+	}
+	return WCSend
+}

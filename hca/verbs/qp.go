@@ -1,0 +1,697 @@
+package verbs
+
+import (
+	"encoding/binary"
+	"fmt"
+	"sync"
+
+	"github.com/hcasim/hcasim/cq"
+	"github.com/hcasim/hcasim/hca"
+	"github.com/hcasim/hcasim/internal/dma"
+	"github.com/hcasim/hcasim/klm"
+	"github.com/hcasim/hcasim/sq"
+	"github.com/hcasim/hcasim/umr"
+)
+
+// QPState is a QP state as the verbs API names them.
+type QPState uint8
+
+// QP states.
+const (
+	StateReset QPState = iota
+	StateInit
+	StateRTR
+	StateRTS
+	StateSQD
+	StateErr
+)
+
+func (s QPState) String() string {
+	return [...]string{"RESET", "INIT", "RTR", "RTS", "SQD", "ERR"}[min(int(s), 5)]
+}
+
+// QPCap are a QP's queue capacities.
+type QPCap struct {
+	MaxSendWR, MaxRecvWR   int
+	MaxSendSGE, MaxRecvSGE int
+	MaxInline              int
+}
+
+// QPInitAttr configure a new RC QP.
+type QPInitAttr struct {
+	SendCQ, RecvCQ *CQ
+	Cap            QPCap
+	// SigAll signals every send WR, whatever its flags.
+	SigAll bool
+	// Integrity enables signature (integrity) work requests on the QP.
+	Integrity bool
+}
+
+// QPAttr are modifiable QP attributes; State is the target state.
+type QPAttr struct {
+	State QPState
+	// Access enables remote access to the QP's responder
+	// (AccessRemoteRead, AccessRemoteWrite, AccessRemoteAtomic).
+	Access          Access
+	DestLID         uint16
+	DestQPN         uint32
+	RQPSN, SQPSN    uint32
+	MinRNRTimer     uint8
+	Timeout         uint8 // local ACK timeout: 4.096 µs × 2^Timeout (0 none)
+	RetryCnt        uint8
+	RNRRetry        uint8 // 7: retry forever
+	MaxRDAtomic     uint8
+	MaxDestRDAtomic uint8
+}
+
+// QPInfo is what a peer needs to connect to a QP.
+type QPInfo struct {
+	LID uint16
+	QPN uint32
+	PSN uint32
+}
+
+// WROpcode is a send work request opcode (IBV_WR_*).
+type WROpcode uint8
+
+// Send work request opcodes.
+const (
+	WRSend WROpcode = iota
+	WRSendWithImm
+	WRSendWithInv
+	WRRDMAWrite
+	WRRDMAWriteWithImm
+	WRRDMARead
+	WRAtomicCmpSwp
+	WRAtomicFetchAdd
+	WRLocalInv
+	WRRegMR
+	numWROpcodes
+)
+
+// SendFlags are send work request flags (IBV_SEND_*).
+type SendFlags uint8
+
+// Send flags.
+const (
+	SendSignaled SendFlags = 1 << iota
+	SendSolicited
+	SendFence
+	SendInline
+)
+
+// SendWR is a send work request.
+type SendWR struct {
+	WRID   uint64
+	Opcode WROpcode
+	Flags  SendFlags
+	SG     []SGE
+	// Imm is the immediate data of the WithImm opcodes.
+	Imm uint32
+	// InvalidateRKey is the key WRSendWithInv invalidates at the peer, or
+	// the key WRLocalInv invalidates.
+	InvalidateRKey uint32
+	// RemoteAddr and RKey address the peer's memory (RDMA and atomics).
+	RemoteAddr uint64
+	RKey       uint32
+	// CompareAdd and Swap are the atomic operands.
+	CompareAdd, Swap uint64
+	// MR, Key and Access are WRRegMR's: register MR (its mapped page
+	// list) under Key with Access.
+	MR     *MR
+	Key    uint32
+	Access Access
+}
+
+// RecvWR is a receive work request.
+type RecvWR struct {
+	WRID uint64
+	SG   []SGE
+}
+
+// QP is an RC queue pair. PostSend and PostRecv are safe for concurrent
+// use; Modify is not concurrent with posting.
+type QP struct {
+	ctx    *Context
+	pd     *PD
+	qpn    uint32
+	scq    *CQ
+	rcq    *CQ
+	cap    QPCap
+	sigAll bool
+	integ  bool
+	psn    uint32
+
+	sqBuf   []byte
+	sqIO    uint64
+	sqLog   uint8
+	rqBuf   []byte
+	rqIO    uint64
+	rqLog   uint8
+	rqShift uint8
+	db      []byte
+	dbIO    uint64
+
+	smu     sync.Mutex
+	state   QPState
+	curPost uint16 // WQEBBs posted
+	sqTail  uint16 // WQEBBs retired
+	wrid    []uint64
+	wrop    []WROpcode
+	nbb     []uint8
+	fmCache sq.Fence // mlx5's next_fence
+	scratch [sq.MaxWQEBBs * sq.WQEBBSize]byte
+
+	rmu    sync.Mutex
+	rqHead uint16
+	rqTail uint16
+	rwrid  []uint64
+}
+
+// maxWQEBBs returns the WQEBBs the largest WR of cap takes: data WRs (a
+// control, a remote address and an atomic segment, then the SGEs or the
+// inline data) and REG_MR (ctrl, UMR ctrl, mkey, 64 B inline translation).
+func maxWQEBBs(c *QPCap) int {
+	data := sq.CtrlSegSize + sq.RaddrSegSize + sq.AtomicSize + max(c.MaxSendSGE*sq.DataSegSize, (4+c.MaxInline+15)&^15)
+	return max(sq.WQEBBs(uint8(min((data+15)/16, 255))), 3)
+}
+
+func pow2(n int) uint8 {
+	l := uint8(0)
+	for 1<<l < n {
+		l++
+	}
+	return l
+}
+
+// CreateQP creates an RC QP in the RESET state.
+func (pd *PD) CreateQP(a *QPInitAttr) (*QP, error) {
+	c := pd.ctx
+	cp := a.Cap
+	if a.SendCQ == nil || a.RecvCQ == nil || cp.MaxSendWR <= 0 || cp.MaxRecvWR <= 0 ||
+		cp.MaxSendSGE < 0 || cp.MaxRecvSGE <= 0 || cp.MaxSendSGE > int(c.caps.MaxSGE) || cp.MaxRecvSGE > int(c.caps.MaxSGE) ||
+		cp.MaxInline < 0 || cp.MaxInline > int(c.caps.MaxInline) {
+		return nil, fmt.Errorf("create qp %+v: %w", cp, ErrInvalid)
+	}
+	if cp.MaxSendSGE == 0 {
+		cp.MaxSendSGE = 1
+	}
+	bb := maxWQEBBs(&cp)
+	if bb > sq.MaxWQEBBs {
+		return nil, fmt.Errorf("create qp: WQEs of %d WQEBBs: %w", bb, ErrInvalid)
+	}
+	qp := &QP{ctx: c, pd: pd, scq: a.SendCQ, rcq: a.RecvCQ, cap: cp, sigAll: a.SigAll, integ: a.Integrity}
+	qp.sqLog = pow2(cp.MaxSendWR * bb)
+	qp.rqLog = pow2(cp.MaxRecvWR)
+	qp.rqShift = max(pow2(cp.MaxRecvSGE*sq.DataSegSize), 4)
+	if qp.sqLog > c.caps.LogMaxSQSize || qp.rqLog > c.caps.LogMaxRQSize {
+		return nil, fmt.Errorf("create qp: queues of 2^%d WQEBBs and 2^%d WQEs: %w", qp.sqLog, qp.rqLog, ErrInvalid)
+	}
+	var err error
+	if qp.sqBuf, qp.sqIO, err = c.dma(sq.WQEBBSize<<qp.sqLog, 4096); err != nil {
+		return nil, fmt.Errorf("create qp: %w", err)
+	}
+	if qp.rqBuf, qp.rqIO, err = c.dma(1<<(qp.rqLog+qp.rqShift), 4096); err != nil {
+		c.fn.FreeDMA(qp.sqIO)
+		return nil, fmt.Errorf("create qp: %w", err)
+	}
+	if qp.db, qp.dbIO, err = c.dma(sq.DBRecSize, 64); err != nil {
+		c.fn.FreeDMA(qp.sqIO)
+		c.fn.FreeDMA(qp.rqIO)
+		return nil, fmt.Errorf("create qp: %w", err)
+	}
+	n := 1 << qp.sqLog
+	qp.wrid, qp.wrop, qp.nbb = make([]uint64, n), make([]WROpcode, n), make([]uint8, n)
+	qp.rwrid = make([]uint64, 1<<qp.rqLog)
+	in := hca.NewIn(hca.CmdCreateQP, hca.QPInSize).Put32(hca.QPInPD, pd.pdn).Put32(hca.QPInSendCQ, a.SendCQ.cqn).Put32(hca.QPInRecvCQ, a.RecvCQ.cqn)
+	if a.Integrity {
+		in.Put32(hca.QPInFlags, hca.QPFlagIntegr)
+	}
+	in.Put8(hca.QPInLogSQ, qp.sqLog).Put8(hca.QPInLogRQ, qp.rqLog).Put8(hca.QPInLogStride, qp.rqShift)
+	in.Put64(hca.QPInSQ, qp.sqIO).Put64(hca.QPInRQ, qp.rqIO).Put64(hca.QPInDBRec, qp.dbIO)
+	out, err := c.cmd(in)
+	if err != nil {
+		qp.free()
+		return nil, fmt.Errorf("create qp: %w", err)
+	}
+	qp.qpn = out.U32(hca.QPNOff)
+	qp.psn = qp.qpn * 0x10001 & 0xFFFFFF // an initial PSN of its own
+	c.mu.Lock()
+	c.qps[qp.qpn] = qp
+	c.mu.Unlock()
+	return qp, nil
+}
+
+func (qp *QP) free() {
+	c := qp.ctx
+	c.fn.FreeDMA(qp.sqIO)
+	c.fn.FreeDMA(qp.rqIO)
+	c.fn.FreeDMA(qp.dbIO)
+}
+
+// QPN returns the QP number.
+func (qp *QP) QPN() uint32 { return qp.qpn }
+
+// Info returns what a peer needs to connect to this QP.
+func (qp *QP) Info() QPInfo { return QPInfo{LID: qp.ctx.lid, QPN: qp.qpn, PSN: qp.psn} }
+
+// State returns the state the driver last moved the QP to.
+func (qp *QP) State() QPState {
+	qp.smu.Lock()
+	defer qp.smu.Unlock()
+	return qp.state
+}
+
+// Destroy destroys the QP: outstanding work is dropped without completions.
+func (qp *QP) Destroy() error {
+	c := qp.ctx
+	if _, err := c.cmd(hca.NewIn(hca.CmdDestroyQP, hca.QPNOff+4).Put32(hca.QPNOff, qp.qpn)); err != nil {
+		return fmt.Errorf("destroy qp: %w", err)
+	}
+	c.mu.Lock()
+	delete(c.qps, qp.qpn)
+	c.mu.Unlock()
+	qp.free()
+	return nil
+}
+
+// Modify moves the QP to a.State, setting the attributes that transition
+// takes (as ibv_modify_qp with the usual attribute mask for it).
+func (qp *QP) Modify(a *QPAttr) error {
+	qp.smu.Lock()
+	defer qp.smu.Unlock()
+	cur := qp.state
+	var op uint16
+	switch {
+	case a.State == StateErr:
+		op = hca.Cmd2ERR
+	case a.State == StateReset:
+		op = hca.Cmd2RST
+	case cur == StateReset && a.State == StateInit:
+		op = hca.CmdRST2INIT
+	case cur == StateInit && a.State == StateInit:
+		op = hca.CmdINIT2INIT
+	case cur == StateInit && a.State == StateRTR:
+		op = hca.CmdINIT2RTR
+	case cur == StateRTR && a.State == StateRTS:
+		op = hca.CmdRTR2RTS
+	case cur == StateRTS && a.State == StateRTS:
+		op = hca.CmdRTS2RTS
+	case cur == StateRTS && a.State == StateSQD:
+		op = hca.CmdRTS2SQD
+	case cur == StateSQD && a.State == StateRTS:
+		op = hca.CmdSQD2RTS
+	default:
+		return fmt.Errorf("modify qp %#x from %v to %v: %w", qp.qpn, cur, a.State, ErrQPState)
+	}
+	in := hca.NewIn(op, hca.QPModifySize).Put32(hca.QPNOff, qp.qpn)
+	var acc uint8
+	if a.Access&AccessRemoteRead != 0 {
+		acc |= hca.QPAccessRead
+	}
+	if a.Access&AccessRemoteWrite != 0 {
+		acc |= hca.QPAccessWrite
+	}
+	if a.Access&AccessRemoteAtomic != 0 {
+		acc |= hca.QPAccessAtomic
+	}
+	in.Put8(hca.QPCAccess+3, acc).Put16(hca.QPCRemoteLID, a.DestLID).Put32(hca.QPCRemoteQPN, a.DestQPN)
+	in.Put32(hca.QPCRQPSN, a.RQPSN).Put32(hca.QPCSQPSN, a.SQPSN)
+	in.Put8(hca.QPCMinRNR, a.MinRNRTimer).Put8(hca.QPCTimeout, a.Timeout).Put8(hca.QPCRetry, a.RetryCnt).Put8(hca.QPCRNRRetry, a.RNRRetry)
+	in.Put8(hca.QPCMaxRD, a.MaxRDAtomic).Put8(hca.QPCMaxDestRD, a.MaxDestRDAtomic)
+	if _, err := qp.ctx.cmd(in); err != nil {
+		return fmt.Errorf("modify qp %#x to %v: %w", qp.qpn, a.State, err)
+	}
+	qp.state = a.State
+	if a.State == StateReset {
+		qp.curPost, qp.sqTail, qp.fmCache = 0, 0, 0
+		qp.rmu.Lock()
+		qp.rqHead, qp.rqTail = 0, 0
+		qp.rmu.Unlock()
+		dma.StoreBE32(qp.db, 0)
+		dma.StoreBE32(qp.db[4:], 0)
+	}
+	return nil
+}
+
+// ConnectOptions tune Connect; the zero value gives the defaults.
+type ConnectOptions struct {
+	Access      Access // default: remote read, write and atomic
+	Timeout     uint8  // default 14 (67 ms)
+	RetryCnt    uint8  // default 7
+	RNRRetry    uint8  // default 7 (forever)
+	MinRNRTimer uint8  // default 12 (0.64 ms)
+	MaxRD       uint8  // default 16
+}
+
+// Connect moves a RESET QP through INIT and RTR to RTS, connected to remote.
+func (qp *QP) Connect(remote QPInfo, o *ConnectOptions) error {
+	var opt ConnectOptions
+	if o != nil {
+		opt = *o
+	}
+	if opt.Access == 0 {
+		opt.Access = AccessRemoteRead | AccessRemoteWrite | AccessRemoteAtomic
+	}
+	if opt.Timeout == 0 {
+		opt.Timeout = 14
+	}
+	if opt.RetryCnt == 0 {
+		opt.RetryCnt = 7
+	}
+	if opt.RNRRetry == 0 {
+		opt.RNRRetry = 7
+	}
+	if opt.MinRNRTimer == 0 {
+		opt.MinRNRTimer = 12
+	}
+	if opt.MaxRD == 0 {
+		opt.MaxRD = 16
+	}
+	for _, a := range []QPAttr{
+		{State: StateInit, Access: opt.Access},
+		{State: StateRTR, DestLID: remote.LID, DestQPN: remote.QPN, RQPSN: remote.PSN, MinRNRTimer: opt.MinRNRTimer, MaxDestRDAtomic: opt.MaxRD},
+		{State: StateRTS, SQPSN: qp.psn, Timeout: opt.Timeout, RetryCnt: opt.RetryCnt, RNRRetry: opt.RNRRetry, MaxRDAtomic: opt.MaxRD},
+	} {
+		if err := qp.Modify(&a); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// PostRecv posts receive work requests. On error it returns the index of
+// the first WR not posted.
+func (qp *QP) PostRecv(wrs []RecvWR) (int, error) {
+	qp.rmu.Lock()
+	size := uint16(1) << qp.rqLog
+	stride := 1 << qp.rqShift
+	posted := 0
+	var err error
+	if qp.State() == StateReset {
+		err = fmt.Errorf("post recv in RESET: %w", ErrQPState)
+	}
+	for i := range wrs {
+		if err != nil {
+			break
+		}
+		wr := &wrs[i]
+		if len(wr.SG) > qp.cap.MaxRecvSGE {
+			err = fmt.Errorf("recv WR %d: %d SGEs, at most %d: %w", i, len(wr.SG), qp.cap.MaxRecvSGE, ErrTooManySGE)
+			break
+		}
+		if qp.rqHead-qp.rqTail >= size {
+			err = fmt.Errorf("recv WR %d: %w", i, ErrRingFull)
+			break
+		}
+		slot := int(qp.rqHead & (size - 1))
+		w := qp.rqBuf[slot*stride : (slot+1)*stride]
+		for j, s := range wr.SG {
+			sq.DataSeg(w[j*sq.DataSegSize:]).Encode(&sq.DataFields{ByteCount: s.Length, LKey: s.LKey, Addr: s.Addr})
+		}
+		if len(wr.SG)*sq.DataSegSize < stride {
+			sq.DataSeg(w[len(wr.SG)*sq.DataSegSize:]).Encode(&sq.DataFields{LKey: uint32(klm.TerminatorLKey)})
+		}
+		qp.rwrid[slot] = wr.WRID
+		qp.rqHead++
+		posted++
+	}
+	head := qp.rqHead
+	qp.rmu.Unlock()
+	if posted > 0 {
+		dma.StoreBE32(qp.db, uint32(head))
+		qp.ctx.fn.RingRQ(qp.qpn)
+	}
+	return posted, err
+}
+
+// PostSend posts send work requests, building their WQEs as mlx5's driver
+// does, and rings the doorbell once. On error it returns the index of the
+// first WR not posted; the ones before it are posted.
+func (qp *QP) PostSend(wrs []SendWR) (int, error) {
+	qp.smu.Lock()
+	posted := 0
+	var err error
+	switch qp.state {
+	case StateRTS, StateSQD, StateErr:
+	default:
+		err = fmt.Errorf("post send in %v: %w", qp.state, ErrQPState)
+	}
+	for i := range wrs {
+		if err != nil {
+			break
+		}
+		if err = qp.post(&wrs[i]); err != nil {
+			err = fmt.Errorf("send WR %d (id %#x): %w", i, wrs[i].WRID, err)
+			break
+		}
+		posted++
+	}
+	cur := qp.curPost
+	qp.smu.Unlock()
+	if posted > 0 {
+		dma.StoreBE32(qp.db[4:], uint32(cur))
+		qp.ctx.fn.RingSQ(qp.qpn)
+	}
+	return posted, err
+}
+
+// fence returns the fence of a WR as mlx5's get_fence does, from the
+// cached next fence (INITIATOR_SMALL after a memory registration).
+func (qp *QP) fence(wr *SendWR) sq.Fence {
+	fenced := wr.Flags&SendFence != 0
+	if wr.Opcode == WRLocalInv && fenced {
+		return sq.FenceStrongOrdering
+	}
+	if qp.fmCache != 0 {
+		if fenced {
+			return sq.FenceSmallAndFence
+		}
+		return qp.fmCache
+	}
+	if fenced {
+		return sq.FenceFence
+	}
+	return sq.FenceNone
+}
+
+var wqeOpcodes = [numWROpcodes]sq.Opcode{
+	WRSend: sq.OpSend, WRSendWithImm: sq.OpSendImm, WRSendWithInv: sq.OpSendInval,
+	WRRDMAWrite: sq.OpRDMAWrite, WRRDMAWriteWithImm: sq.OpRDMAWriteImm, WRRDMARead: sq.OpRDMARead,
+	WRAtomicCmpSwp: sq.OpAtomicCS, WRAtomicFetchAdd: sq.OpAtomicFA, WRLocalInv: sq.OpUMR, WRRegMR: sq.OpUMR,
+}
+
+// post builds one WR's WQE in scratch and copies it into the ring. Called
+// with smu held.
+func (qp *QP) post(wr *SendWR) error {
+	if wr.Opcode >= numWROpcodes {
+		return ErrBadOpcode
+	}
+	w := qp.scratch[:]
+	clear(w)
+	seg := w[sq.CtrlSegSize:]
+	n := 0 // bytes of segments after the control segment
+	imm := uint32(0)
+	op := wqeOpcodes[wr.Opcode]
+	switch wr.Opcode {
+	case WRSendWithImm, WRRDMAWriteWithImm:
+		imm = wr.Imm
+	case WRSendWithInv:
+		imm = wr.InvalidateRKey
+	}
+	switch wr.Opcode {
+	case WRRDMAWrite, WRRDMAWriteWithImm, WRRDMARead, WRAtomicCmpSwp, WRAtomicFetchAdd:
+		sq.RaddrSeg(seg).Encode(&sq.RaddrFields{Addr: wr.RemoteAddr, RKey: wr.RKey})
+		n += sq.RaddrSegSize
+	}
+	switch wr.Opcode {
+	case WRAtomicCmpSwp:
+		sq.AtomicSeg(seg[n:]).Encode(&sq.AtomicFields{SwapAdd: wr.Swap, Compare: wr.CompareAdd})
+		n += sq.AtomicSize
+	case WRAtomicFetchAdd:
+		sq.AtomicSeg(seg[n:]).Encode(&sq.AtomicFields{SwapAdd: wr.CompareAdd})
+		n += sq.AtomicSize
+	}
+	switch wr.Opcode {
+	case WRLocalInv:
+		imm = wr.InvalidateRKey
+		n += qp.localInvSegs(seg)
+	case WRRegMR:
+		k, err := qp.regMRSegs(seg, wr)
+		if err != nil {
+			return err
+		}
+		imm = wr.Key
+		n += k
+	default:
+		k, err := qp.dataSegs(seg[n:], wr)
+		if err != nil {
+			return err
+		}
+		n += k
+	}
+	ds := (sq.CtrlSegSize + n) / sq.SegSize
+	nbb := sq.WQEBBs(uint8(ds))
+	size := uint16(1) << qp.sqLog
+	if qp.curPost+uint16(nbb)-qp.sqTail > size {
+		return ErrRingFull
+	}
+	ce := uint8(0)
+	if wr.Flags&SendSignaled != 0 || qp.sigAll {
+		ce = sq.CECQUpdate
+	}
+	sq.CtrlSeg(w).Encode(&sq.CtrlFields{
+		WQEIndex: qp.curPost, Opcode: op, QPN: qp.qpn, DS: uint8(ds), Fence: qp.fence(wr), CE: ce,
+		SE: wr.Flags&SendSolicited != 0, Imm: imm,
+	})
+	qp.fmCache = 0
+	if wr.Opcode == WRRegMR || wr.Opcode == WRLocalInv {
+		qp.fmCache = sq.FenceInitiatorSmall
+	}
+	// Copy into the ring, wrapping at its end.
+	start := int(qp.curPost&(size-1)) * sq.WQEBBSize
+	k := copy(qp.sqBuf[start:], w[:nbb*sq.WQEBBSize])
+	copy(qp.sqBuf, w[k:nbb*sq.WQEBBSize])
+	slot := qp.curPost & (size - 1)
+	qp.wrid[slot], qp.wrop[slot], qp.nbb[slot] = wr.WRID, wr.Opcode, uint8(nbb)
+	qp.curPost += uint16(nbb)
+	return nil
+}
+
+// dataSegs writes a WR's SGEs, or its data inline, and returns the bytes.
+func (qp *QP) dataSegs(seg []byte, wr *SendWR) (int, error) {
+	if wr.Flags&SendInline != 0 {
+		if wr.Opcode == WRRDMARead || wr.Opcode == WRAtomicCmpSwp || wr.Opcode == WRAtomicFetchAdd {
+			return 0, fmt.Errorf("inline %d: %w", wr.Opcode, ErrInvalid)
+		}
+		total := 0
+		for _, s := range wr.SG {
+			total += int(s.Length)
+		}
+		if total > qp.cap.MaxInline {
+			return 0, fmt.Errorf("%d inline bytes, at most %d: %w", total, qp.cap.MaxInline, ErrInlineTooBig)
+		}
+		binary.BigEndian.PutUint32(seg, uint32(total)|sq.InlineFlag)
+		off := 4
+		for _, s := range wr.SG {
+			b, err := qp.ctx.readLocal(qp.pd, s)
+			if err != nil {
+				return 0, err
+			}
+			off += copy(seg[off:], b)
+		}
+		return (off + 15) &^ 15, nil
+	}
+	if len(wr.SG) > qp.cap.MaxSendSGE {
+		return 0, fmt.Errorf("%d SGEs, at most %d: %w", len(wr.SG), qp.cap.MaxSendSGE, ErrTooManySGE)
+	}
+	for i, s := range wr.SG {
+		sq.DataSeg(seg[i*sq.DataSegSize:]).Encode(&sq.DataFields{ByteCount: s.Length, LKey: s.LKey, Addr: s.Addr})
+	}
+	return len(wr.SG) * sq.DataSegSize, nil
+}
+
+// readLocal returns the bytes an inline SGE names: the driver copies
+// inline data from the buffer itself, as a CPU does.
+func (c *Context) readLocal(pd *PD, s SGE) ([]byte, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, al := range c.allocs {
+		if s.Addr >= al.iova && s.Addr+uint64(s.Length) <= al.iova+uint64(len(al.buf)) {
+			o := s.Addr - al.iova
+			return al.buf[o : o+uint64(s.Length)], nil
+		}
+	}
+	for _, mr := range c.regs {
+		if s.Addr >= mr.Addr && s.Addr+uint64(s.Length) <= mr.Addr+uint64(len(mr.Buf)) {
+			o := s.Addr - mr.Addr
+			return mr.Buf[o : o+uint64(s.Length)], nil
+		}
+	}
+	return nil, fmt.Errorf("inline data at %#x: %w", s.Addr, ErrNotDMA)
+}
+
+// localInvSegs writes LOCAL_INV's UMR segments (mlx5-integrity.md §2.7).
+func (qp *QP) localInvSegs(seg []byte) int {
+	umr.CtrlSeg(seg).Encode(&umr.CtrlFields{Flags: umr.FlagInline, Mask: umr.MaskInvalidate})
+	umr.MkeySeg(seg[umr.CtrlSegSize:]).Encode(&umr.MkeyFields{Free: true})
+	return umr.CtrlSegSize + umr.MkeySegSize
+}
+
+// regMRSegs writes REG_MR's UMR segments as mlx5's set_reg_wr: the
+// translation inline when it fits in 64 bytes, else a data segment
+// pointing to the MR's descriptor list.
+func (qp *QP) regMRSegs(seg []byte, wr *SendWR) (int, error) {
+	mr := wr.MR
+	if mr == nil || mr.typ != MRTypeMemReg {
+		return 0, fmt.Errorf("REG_MR without a fast-registration MR: %w", ErrInvalid)
+	}
+	if wr.Access&(AccessRemoteWrite|AccessRemoteAtomic) != 0 && wr.Access&AccessLocalWrite == 0 {
+		return 0, fmt.Errorf("REG_MR access %#x: %w", wr.Access, ErrInvalid)
+	}
+	mr.mu.Lock()
+	ndescs, addr, length := mr.ndescs, mr.Addr, mr.Len
+	mr.mu.Unlock()
+	listBytes := ndescs * klm.MTTSize
+	xltOcto := (listBytes + 63) &^ 63 / klm.OctowordSize
+	inline := listBytes <= 64
+	c := umr.CtrlFields{XLTOctowords: uint16(xltOcto), Mask: umr.MaskFastReg}
+	if inline {
+		c.Flags = umr.FlagInline
+	}
+	umr.CtrlSeg(seg).Encode(&c)
+	umr.MkeySeg(seg[umr.CtrlSegSize:]).Encode(&umr.MkeyFields{
+		Access: wr.Access.mkey(), UMREnabled: true, Mode: klm.ModeMTT, QPN: 0xFFFFFF, Variant: klm.Key(wr.Key).Variant(),
+		RemoteInvalidate: true, StartAddr: addr, Len: length, XLTOctowords: uint32((ndescs + 7) &^ 7 / 2), LogPageSize: pageShift,
+	})
+	n := umr.CtrlSegSize + umr.MkeySegSize
+	if inline {
+		copy(seg[n:], mr.descs[:listBytes])
+		return n + 64, nil
+	}
+	sq.DataSeg(seg[n:]).Encode(&sq.DataFields{ByteCount: uint32(xltOcto * klm.OctowordSize), LKey: uint32(klm.ReservedLKey), Addr: mr.descIO})
+	return n + sq.DataSegSize, nil
+}
+
+// sendDone turns a send CQE into a work completion and retires the WQEs up
+// to it.
+func (qp *QP) sendDone(f *cq.Fields) WC {
+	qp.smu.Lock()
+	defer qp.smu.Unlock()
+	size := uint16(1) << qp.sqLog
+	slot := f.WQECounter & (size - 1)
+	wc := WC{WRID: qp.wrid[slot], QPN: qp.qpn, ByteLen: f.ByteCount}
+	switch qp.wrop[slot] {
+	case WRRegMR:
+		wc.Opcode = WCRegMR
+	case WRLocalInv:
+		wc.Opcode = WCLocalInv
+	default:
+		wc.Opcode = wcOpcode(sq.Opcode(f.WQEOpcode))
+	}
+	if f.Opcode == cq.OpReqErr {
+		wc.Status, wc.VendorErr = statusOf(f.Syndrome), f.VendorSyndrome
+	}
+	qp.sqTail = f.WQECounter + uint16(qp.nbb[slot])
+	return wc
+}
+
+// recvDone turns a receive CQE into a work completion.
+func (qp *QP) recvDone(f *cq.Fields) WC {
+	qp.rmu.Lock()
+	defer qp.rmu.Unlock()
+	slot := f.WQECounter & (1<<qp.rqLog - 1)
+	wc := WC{WRID: qp.rwrid[slot], QPN: qp.qpn, ByteLen: f.ByteCount, Opcode: WCRecv}
+	switch f.Opcode {
+	case cq.OpRespErr:
+		wc.Status, wc.VendorErr = statusOf(f.Syndrome), f.VendorSyndrome
+	case cq.OpRespSendImm:
+		wc.Imm, wc.WithImm = f.Immediate, true
+	case cq.OpRespSendInv:
+		wc.Imm, wc.WithInv = f.Immediate, true
+	case cq.OpRespWriteImm:
+		wc.Imm, wc.WithImm, wc.Opcode = f.Immediate, true, WCRecvRDMAWithImm
+	}
+	qp.rqTail = f.WQECounter + 1
+	return wc
+}
