@@ -48,6 +48,20 @@ func (r *Ring) Consumer() uint16 { return r.ci }
 // Pending reports whether the driver has posted WQEs not yet fetched.
 func (r *Ring) Pending() bool { return r.Producer() != r.ci }
 
+// Peek returns the control fields of the next posted WQE without
+// consuming it; ok is false when none is posted.
+func (r *Ring) Peek() (f CtrlFields, ok bool) {
+	if r.Producer() == r.ci {
+		return f, false
+	}
+	off := int(r.ci&uint16(r.Size()-1)) * WQEBBSize
+	return CtrlSeg(r.buf[off : off+CtrlSegSize]).Fields(), true
+}
+
+// Reset restarts the consumer counter at 0 (a QP back in RESET; the
+// driver restarts its producer counter too).
+func (r *Ring) Reset() { r.ci = 0 }
+
 // Fetch copies the WQE at the consumer counter into scratch (at least
 // MaxWQEBBs*WQEBBSize bytes), reading segments modulo the ring so a WQE
 // may wrap at its end, advances the counter past it, and returns its
