@@ -125,7 +125,9 @@ func (qp *QP) step(s *reqState) {
 		if !s.psnInit {
 			s.nextPSN, s.psnInit = attr.sqPSN, true
 		}
-		qp.fetch(s, &attr)
+		// Completing can lift a fence or free the window: fetch again then.
+		for qp.fetch(s, &attr) && qp.complete(s) > 0 {
+		}
 	case StateSQD:
 		qp.mu.Lock()
 		report := !qp.drained && len(s.inflight) == 0
@@ -142,36 +144,41 @@ func (qp *QP) step(s *reqState) {
 }
 
 // fetch executes posted WQEs in order while the window, the fences and the
-// outstanding-read limit allow.
-func (qp *QP) fetch(s *reqState, a *qpAttr) {
+// outstanding-read limit allow. It reports whether it stopped at a posted
+// WQE it could not start yet.
+func (qp *QP) fetch(s *reqState, a *qpAttr) (blocked bool) {
 	maxRD := max(int(a.maxRD), 1)
-	for !s.erred && len(s.inflight) < window {
+	for !s.erred {
 		f, ok := qp.sqr.Peek()
 		if !ok {
-			return
+			return false
+		}
+		if len(s.inflight) >= window {
+			return true
 		}
 		switch f.Fence {
 		case sq.FenceFence, sq.FenceSmallAndFence:
 			if s.reads > 0 {
-				return
+				return true
 			}
 		case sq.FenceStrongOrdering:
 			if len(s.inflight) > 0 {
-				return
+				return true
 			}
 		}
 		if (f.Opcode == sq.OpRDMARead || f.Opcode == sq.OpAtomicCS || f.Opcode == sq.OpAtomicFA) && s.reads >= maxRD {
-			return
+			return true
 		}
 		w, f, err := qp.sqr.Fetch(s.scratch[:])
 		p := &pending{idx: f.WQEIndex, op: f.Opcode, signaled: f.Signaled()}
 		s.inflight = append(s.inflight, p)
 		if err != nil {
 			qp.fail(s, p, cq.SyndromeLocalQPOp)
-			return
+			return false
 		}
 		qp.execute(s, a, p, w, &f)
 	}
+	return false
 }
 
 // fail ends p with an error syndrome; nothing after it executes.
@@ -436,8 +443,9 @@ func (qp *QP) onTimer(s *reqState) {
 	qp.armTimer(s, qp.dev.duration(ackTimeout(a.timeout)), false)
 }
 
-// complete writes the CQEs of finished WQEs, in order.
-func (qp *QP) complete(s *reqState) {
+// complete writes the CQEs of finished WQEs, in order, and returns how
+// many WQEs it retired.
+func (qp *QP) complete(s *reqState) int {
 	n := 0
 	for ; n < len(s.inflight) && s.inflight[n].done; n++ {
 		p := s.inflight[n]
@@ -446,7 +454,7 @@ func (qp *QP) complete(s *reqState) {
 			s.inflight = s.inflight[n+1:]
 			qp.toError()
 			qp.flush(s)
-			return
+			return n + 1
 		}
 		if p.signaled {
 			qp.cqe(&cq.Fields{Opcode: cq.OpReq, QPN: qp.qpn, WQEOpcode: uint8(p.op), WQECounter: p.idx, ByteCount: p.bytes}, false)
@@ -455,6 +463,7 @@ func (qp *QP) complete(s *reqState) {
 	if n > 0 {
 		s.inflight = append(s.inflight[:0], s.inflight[n:]...)
 	}
+	return n
 }
 
 // cqe writes a send completion; a CQ that cannot take it puts the QP in error.

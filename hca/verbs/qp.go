@@ -695,3 +695,57 @@ func (qp *QP) recvDone(f *cq.Fields) WC {
 	qp.rqTail = f.WQECounter + 1
 	return wc
 }
+
+// PostRawWQE copies a WQE the caller built (control segment and all, as
+// mlx5dv_wr_raw_wqe) into the send queue, in the WQEBBs its DS field
+// covers, and rings the doorbell. The driver records wrid for the WQE's slot; the bytes are
+// the device's to judge.
+func (qp *QP) PostRawWQE(wqe []byte, wrid uint64) error {
+	// The WQE occupies what its DS says, as the device reads it: bytes
+	// beyond are dropped, missing ones are zeros; a DS of 0 is one WQEBB
+	// (the device refuses it and moves on by one).
+	nbb := 1
+	if len(wqe) >= 8 {
+		if ds := wqe[7] & 0x3F; ds > 0 {
+			nbb = sq.WQEBBs(ds)
+		}
+	}
+	wqe = wqe[:min(len(wqe), nbb*sq.WQEBBSize)]
+	if len(wqe) == 0 || nbb > sq.MaxWQEBBs {
+		return fmt.Errorf("raw WQE of %d bytes: %w", len(wqe), ErrInvalid)
+	}
+	qp.smu.Lock()
+	switch qp.state {
+	case StateRTS, StateSQD, StateErr:
+	default:
+		qp.smu.Unlock()
+		return fmt.Errorf("post raw WQE in %v: %w", qp.state, ErrQPState)
+	}
+	size := uint16(1) << qp.sqLog
+	if qp.curPost+uint16(nbb)-qp.sqTail > size {
+		qp.smu.Unlock()
+		return ErrRingFull
+	}
+	w := qp.scratch[:nbb*sq.WQEBBSize]
+	clear(w)
+	copy(w, wqe)
+	start := int(qp.curPost&(size-1)) * sq.WQEBBSize
+	k := copy(qp.sqBuf[start:], w)
+	copy(qp.sqBuf, w[k:])
+	slot := qp.curPost & (size - 1)
+	qp.wrid[slot], qp.wrop[slot], qp.nbb[slot] = wrid, WRSend, uint8(nbb)
+	qp.curPost += uint16(nbb)
+	cur := qp.curPost
+	qp.smu.Unlock()
+	dma.StoreBE32(qp.db[4:], uint32(cur))
+	qp.ctx.fn.RingSQ(qp.qpn)
+	return nil
+}
+
+// CurPost returns the send queue's producer counter: the WQE index the
+// next WQE gets (for building raw WQEs).
+func (qp *QP) CurPost() uint16 {
+	qp.smu.Lock()
+	defer qp.smu.Unlock()
+	return qp.curPost
+}
