@@ -60,8 +60,8 @@ var transitions = map[uint16]struct {
 }
 
 // window bounds the requests a QP has in flight; the responder's inbox and
-// the requester's ack queue hold that many, so neither side ever blocks
-// the other.
+// the requester's ack queue hold twice that many (retransmissions), and
+// neither side ever blocks the other.
 const window = 256
 
 // QP is an RC queue pair: a send queue run by a requester goroutine and a
@@ -87,10 +87,10 @@ type QP struct {
 	drained  bool   // SQ_DRAINED reported for the current SQD
 	resetGen uint64 // bumped by every move to RST
 
-	bell   chan struct{} // send doorbell, and state changes
-	rbell  chan struct{} // receive doorbell, and state changes
-	acks   chan response // from the peer's responder
-	inbox  chan *request // from the peer's requester
+	bell   chan struct{}   // send doorbell, and state changes
+	rbell  chan struct{}   // receive doorbell, and state changes
+	acks   *mbox[response] // from the peer's responder
+	inbox  *mbox[*request] // from the peer's requester
 	stop   chan struct{}
 	wg     sync.WaitGroup
 	closed bool
@@ -154,7 +154,7 @@ func (f *Func) createQP(in In) Out {
 		fn: f, dev: f.dev, pd: pd, scq: scq, rcq: rcq, integrity: flags&QPFlagIntegr != 0,
 		sqr: sqr, rqBuf: rqBuf, rqDB: db[:4], rqLog: logRQ, rqStride: logStride,
 		bell: make(chan struct{}, 1), rbell: make(chan struct{}, 1),
-		acks: make(chan response, window), inbox: make(chan *request, window), stop: make(chan struct{}),
+		acks: newMbox[response](2 * window), inbox: newMbox[*request](2 * window), stop: make(chan struct{}),
 	}
 	n, ok := f.dev.allocQPN(qp)
 	if !ok {

@@ -72,10 +72,18 @@ type reqState struct {
 	nextPSN  uint32
 	reads    int // RDMA READ and atomics awaiting their response
 	erred    bool
-	timer    *time.Timer
-	deadline time.Time
-	rnrWait  bool // the deadline is an RNR delay, not an ACK timeout
-	scratch  [sq.MaxWQEBBs * sq.WQEBBSize]byte
+	out      []*request // requests to hand to the peer at the end of a step
+	acks     []response
+	// The timer is armed while requests await answers. It fires after the
+	// ACK timeout (or an RNR delay); a firing without answers since it was
+	// armed is a timeout. Answers do not touch the timer: the hot path has
+	// no clock or timer work.
+	timer   *time.Timer
+	armed   bool
+	rnrWait bool
+	answers uint64 // answers received, and the count when the timer was armed
+	armedAt uint64
+	scratch [sq.MaxWQEBBs * sq.WQEBBSize]byte
 }
 
 func (qp *QP) requester() {
@@ -88,20 +96,37 @@ func (qp *QP) requester() {
 		case <-qp.stop:
 			return
 		case <-qp.bell:
-		case r := <-qp.acks:
-			qp.onResponse(s, r)
-			for more := true; more; {
-				select {
-				case r := <-qp.acks:
-					qp.onResponse(s, r)
-				default:
-					more = false
-				}
-			}
+		case <-qp.acks.sig:
+			qp.takeAcks(s)
 		case <-s.timer.C:
+			s.armed = false
 			qp.onTimer(s)
 		}
 		qp.step(s)
+		qp.flushOut(s)
+	}
+}
+
+func (qp *QP) takeAcks(s *reqState) {
+	s.acks = qp.acks.take(s.acks)
+	for _, r := range s.acks {
+		qp.onResponse(s, r)
+	}
+}
+
+// flushOut hands the step's requests to the peer in one batch, and keeps
+// the timer armed while requests await answers.
+func (qp *QP) flushOut(s *reqState) {
+	if len(s.out) > 0 {
+		_, a, _ := qp.snapshot()
+		if peer := qp.dev.fabric.lookup(a.remoteLID, a.remoteQPN); peer != nil {
+			peer.inbox.put(s.out...)
+		}
+		clear(s.out)
+		s.out = s.out[:0]
+		if !s.armed {
+			qp.armTimer(s, qp.dev.duration(ackTimeout(a.timeout)), false)
+		}
 	}
 }
 
@@ -116,8 +141,8 @@ func (qp *QP) step(s *reqState) {
 	st, attr, gen := qp.snapshot()
 	if gen != s.gen {
 		// Back to RESET: outstanding work is discarded without completions.
+		qp.armTimer(s, 0, false)
 		*s = reqState{gen: gen, timer: s.timer}
-		s.timer.Stop()
 		qp.sqr.Reset()
 	}
 	switch st {
@@ -250,31 +275,20 @@ func (qp *QP) execute(s *reqState, a *qpAttr, p *pending, w []byte, f *sq.CtrlFi
 	if p.readAtomic {
 		s.reads++
 	}
-	qp.send(s, a, req)
+	// Handed to the peer at the end of the step (flushOut); a peer that
+	// does not exist or is not ready drops it, and the ACK timeout retries.
+	s.out = append(s.out, req)
 }
 
-// send hands a request to the peer's responder; a peer that does not exist
-// or is not ready drops it, and the ACK timeout retries.
-func (qp *QP) send(s *reqState, a *qpAttr, req *request) {
-	if peer := qp.dev.fabric.lookup(a.remoteLID, a.remoteQPN); peer != nil {
-		select {
-		case peer.inbox <- req:
-		default:
-		}
-	}
-	if s.timer != nil && !s.rnrWait && s.deadline.IsZero() {
-		qp.armTimer(s, qp.dev.duration(ackTimeout(a.timeout)), false)
-	}
-}
-
+// armTimer (re)starts the timer for d (0: stop it).
 func (qp *QP) armTimer(s *reqState, d time.Duration, rnr bool) {
-	s.timer.Stop()
-	if d <= 0 {
-		s.deadline, s.rnrWait = time.Time{}, false
-		return
+	if s.armed {
+		s.timer.Stop()
 	}
-	s.deadline, s.rnrWait = time.Now().Add(d), rnr
-	s.timer.Reset(d)
+	s.armed, s.rnrWait, s.armedAt = d > 0, rnr, s.answers
+	if d > 0 {
+		s.timer.Reset(d)
+	}
 }
 
 // gather resolves data segments (or inline data) into memory segments with
@@ -365,6 +379,7 @@ func (qp *QP) onResponse(s *reqState, r response) {
 	if gen != s.gen || s.erred {
 		return
 	}
+	s.answers++
 	var p *pending
 	for _, q := range s.inflight {
 		if q.req != nil && !q.acked && q.req.psn == r.psn {
@@ -380,13 +395,6 @@ func (qp *QP) onResponse(s *reqState, r response) {
 		p.acked, p.done, p.bytes = true, true, r.bytes
 		if p.readAtomic {
 			s.reads--
-		}
-		p.retries = 0
-		if !s.rnrWait {
-			qp.armTimer(s, 0, false)
-			if qp.unacked(s) != nil {
-				qp.armTimer(s, qp.dev.duration(ackTimeout(a.timeout)), false)
-			}
 		}
 	case respRNR:
 		if a.rnrRetry != 7 && p.rnrRetries >= int(a.rnrRetry) {
@@ -420,7 +428,7 @@ func (qp *QP) unacked(s *reqState) *pending {
 func (qp *QP) onTimer(s *reqState) {
 	st, a, gen := qp.snapshot()
 	rnr := s.rnrWait
-	s.deadline, s.rnrWait = time.Time{}, false
+	s.rnrWait = false
 	if gen != s.gen || s.erred || (st != StateRTS && st != StateSQD) {
 		return
 	}
@@ -429,6 +437,11 @@ func (qp *QP) onTimer(s *reqState) {
 		return
 	}
 	if !rnr {
+		if s.answers != s.armedAt {
+			// Answers came in since the timer was armed: not a timeout.
+			qp.armTimer(s, qp.dev.duration(ackTimeout(a.timeout)), false)
+			return
+		}
 		head.retries++
 		if head.retries > int(a.retry) {
 			qp.fail(s, head, cq.SyndromeTransportRetry)
@@ -437,10 +450,10 @@ func (qp *QP) onTimer(s *reqState) {
 	}
 	for _, p := range s.inflight {
 		if p.req != nil && !p.acked && !p.done {
-			qp.send(s, &a, p.req)
+			s.out = append(s.out, p.req)
 		}
 	}
-	qp.armTimer(s, qp.dev.duration(ackTimeout(a.timeout)), false)
+	// flushOut sends them and re-arms the ACK timeout.
 }
 
 // complete writes the CQEs of finished WQEs, in order, and returns how
@@ -477,8 +490,7 @@ func (qp *QP) cqe(f *cq.Fields, solicited bool) {
 // flush completes every outstanding and posted WQE with WR_FLUSH_ERR, in
 // order (signaled or not).
 func (qp *QP) flush(s *reqState) {
-	s.timer.Stop()
-	s.deadline, s.rnrWait = time.Time{}, false
+	qp.armTimer(s, 0, false)
 	for _, p := range s.inflight {
 		qp.cqe(&cq.Fields{Opcode: cq.OpReqErr, QPN: qp.qpn, WQEOpcode: uint8(p.op), WQECounter: p.idx, Syndrome: cq.SyndromeWRFlush}, true)
 	}

@@ -15,6 +15,9 @@ type respState struct {
 	psnInit  bool
 	expected uint32 // the next PSN to execute
 	rqCI     uint16 // receive WQEs consumed
+	reqs     []*request
+	answers  []response // answers to the requester of ansTo, sent per batch
+	ansTo    *QP
 }
 
 func (qp *QP) responder() {
@@ -24,19 +27,39 @@ func (qp *QP) responder() {
 		select {
 		case <-qp.stop:
 			return
-		case r := <-qp.inbox:
-			qp.serve(s, r)
+		case <-qp.inbox.sig:
+			s.reqs = qp.inbox.take(s.reqs)
+			for _, r := range s.reqs {
+				qp.serve(s, r)
+			}
+			s.sendAnswers()
 		case <-qp.rbell:
 		}
 		qp.respStep(s)
 	}
 }
 
+// answer queues r's answer; answers go back in one batch per requester.
+func (s *respState) answer(r *request, kind respKind, bytes uint32, rnr uint8) {
+	if s.ansTo != r.from {
+		s.sendAnswers()
+		s.ansTo = r.from
+	}
+	s.answers = append(s.answers, response{psn: r.psn, kind: kind, bytes: bytes, rnrDly: rnr})
+}
+
+func (s *respState) sendAnswers() {
+	if s.ansTo != nil && len(s.answers) > 0 {
+		s.ansTo.acks.put(s.answers...)
+	}
+	s.answers, s.ansTo = s.answers[:0], nil
+}
+
 // respStep resets after RESET and flushes the receive queue in ERR.
 func (qp *QP) respStep(s *respState) {
 	st, _, gen := qp.snapshot()
 	if gen != s.gen {
-		*s = respState{gen: gen}
+		*s = respState{gen: gen, reqs: s.reqs, answers: s.answers[:0]}
 	}
 	if st == StateERR {
 		for qp.rqHead() != s.rqCI {
@@ -69,20 +92,12 @@ func (qp *QP) recvWQE(s *respState) ([]sq.DataFields, bool) {
 	return out, true
 }
 
-// respond sends r's answer back to its requester; the requester's window
-// guarantees room.
-func respond(r *request, kind respKind, bytes uint32, rnr uint8) {
-	select {
-	case r.from.acks <- response{psn: r.psn, kind: kind, bytes: bytes, rnrDly: rnr}:
-	default:
-	}
-}
-
 // serve executes one request in PSN order.
 func (qp *QP) serve(s *respState, r *request) {
 	st, a, gen := qp.snapshot()
 	if gen != s.gen {
-		*s = respState{gen: gen}
+		s.sendAnswers()
+		*s = respState{gen: gen, reqs: s.reqs, answers: s.answers[:0]}
 	}
 	if st != StateRTR && st != StateRTS && st != StateSQD {
 		return // a QP that is not ready (or in error) drops requests silently
@@ -95,10 +110,11 @@ func (qp *QP) serve(s *respState, r *request) {
 			// A duplicate of a request already executed (its requester timed
 			// out): answer it again; READ data is read again.
 			if r.op == sq.OpRDMARead {
-				qp.serveRead(r, &a)
+				kind, n := qp.serveReadKind(r, &a)
+				s.answer(r, kind, n, 0)
 				return
 			}
-			respond(r, respACK, uint32(r.length), 0)
+			s.answer(r, respACK, uint32(r.length), 0)
 		}
 		return // a request after a gap waits for its retransmission
 	}
@@ -123,11 +139,11 @@ func (qp *QP) serve(s *respState, r *request) {
 		if r.op != sq.OpRDMARead && r.op != sq.OpAtomicCS && r.op != sq.OpAtomicFA {
 			bytes = uint32(r.length)
 		}
-		respond(r, respACK, bytes, 0)
+		s.answer(r, respACK, bytes, 0)
 	case respRNR:
-		respond(r, respRNR, 0, a.minRNR)
+		s.answer(r, respRNR, 0, a.minRNR)
 	default:
-		respond(r, kind, 0, 0)
+		s.answer(r, kind, 0, 0)
 		qp.toError()
 	}
 }
@@ -241,11 +257,6 @@ func (qp *QP) serveReadKind(r *request, a *qpAttr) (respKind, uint32) {
 	}
 	copySegs(r.dst, src)
 	return respACK, uint32(r.length)
-}
-
-func (qp *QP) serveRead(r *request, a *qpAttr) {
-	kind, n := qp.serveReadKind(r, a)
-	respond(r, kind, n, 0)
 }
 
 // serveAtomic runs a compare-and-swap or fetch-and-add on a big-endian

@@ -27,7 +27,7 @@ type command struct {
 	flags   func(fs *flag.FlagSet)
 }
 
-var commands = []*command{conformCmd, speedCmd}
+var commands = []*command{conformCmd, speedCmd, perfCmd}
 
 // errUsage reports bad arguments; the usage has already been printed.
 var errUsage = errors.New("usage")

@@ -120,3 +120,34 @@ func regexpLine(out, suffix string) bool {
 	}
 	return false
 }
+
+func TestPerfJSON(t *testing.T) {
+	for _, op := range []string{"write", "read", "send"} {
+		code, out, errOut := runCLI("perf", op, "--size", "128", "--qd", "4", "--duration", "200ms", "--json")
+		if code != 0 {
+			t.Fatalf("%s: exit %d, stderr %q", op, code, errOut)
+		}
+		var r struct {
+			Op           string   `json:"op"`
+			Size         int      `json:"size"`
+			QD           int      `json:"qd"`
+			PI           string   `json:"pi"`
+			OpsPerSec    *float64 `json:"ops_per_sec"`
+			GBytesPerSec *float64 `json:"gbytes_per_sec"`
+			Lat          *struct {
+				P50 *float64 `json:"p50"`
+				P99 *float64 `json:"p99"`
+			} `json:"lat_us"`
+		}
+		if err := json.Unmarshal([]byte(out), &r); err != nil {
+			t.Fatalf("%s: stdout is not one JSON object: %v\n%s", op, err, out)
+		}
+		if r.Op != op || r.Size != 128 || r.QD != 4 || r.PI != "none" || r.OpsPerSec == nil || *r.OpsPerSec <= 0 ||
+			r.GBytesPerSec == nil || r.Lat == nil || r.Lat.P50 == nil || r.Lat.P99 == nil || *r.Lat.P50 <= 0 {
+			t.Fatalf("%s: %s", op, out)
+		}
+	}
+	if code, _, _ := runCLI("perf", "teleport"); code == 0 {
+		t.Fatal("unknown operation accepted")
+	}
+}

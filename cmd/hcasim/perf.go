@@ -1,0 +1,239 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"runtime"
+	"slices"
+	"time"
+
+	"github.com/hcasim/hcasim/hca"
+	"github.com/hcasim/hcasim/hca/verbs"
+)
+
+var perfOpts struct {
+	size     *int
+	qd       *int
+	duration *time.Duration
+	json     *bool
+}
+
+var perfCmd = &command{
+	name:    "perf",
+	summary: "measure RDMA operations over an in-process QP pair (like perftest's ib_write_bw / ib_write_lat)",
+	usage:   "write|read|send [--size N] [--qd N] [--duration D] [--json]",
+	example: "hcasim perf write --size 64 --qd 32 --duration 3s",
+	flags: func(fs *flag.FlagSet) {
+		perfOpts.size = fs.Int("size", 64, "message size in bytes")
+		perfOpts.qd = fs.Int("qd", 32, "work requests kept outstanding")
+		perfOpts.duration = fs.Duration("duration", 3*time.Second, "how long to run")
+		perfOpts.json = fs.Bool("json", false, "print only one JSON object (progress goes to standard error)")
+	},
+	run: runPerf,
+}
+
+// perfResult is the --json object.
+type perfResult struct {
+	Op           string  `json:"op"`
+	Size         int     `json:"size"`
+	QD           int     `json:"qd"`
+	PI           string  `json:"pi"`
+	OpsPerSec    float64 `json:"ops_per_sec"`
+	GBytesPerSec float64 `json:"gbytes_per_sec"`
+	LatUS        struct {
+		P50 float64 `json:"p50"`
+		P99 float64 `json:"p99"`
+	} `json:"lat_us"`
+}
+
+func runPerf(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) error {
+	// Flags may follow the operation.
+	if len(args) >= 1 {
+		if err := fs.Parse(args[1:]); err != nil {
+			return errUsage
+		}
+		args = append(args[:1], fs.Args()...)
+	}
+	if len(args) != 1 {
+		fmt.Fprintln(stderr, "hcasim perf: give one operation: write, read or send")
+		fs.Usage()
+		return errUsage
+	}
+	op := args[0]
+	var wrOp verbs.WROpcode
+	switch op {
+	case "write":
+		wrOp = verbs.WRRDMAWrite
+	case "read":
+		wrOp = verbs.WRRDMARead
+	case "send":
+		wrOp = verbs.WRSend
+	default:
+		fmt.Fprintf(stderr, "hcasim perf: unknown operation %q\n", op)
+		fs.Usage()
+		return errUsage
+	}
+	size, qd, dur := *perfOpts.size, *perfOpts.qd, *perfOpts.duration
+	if size <= 0 || size > 1<<30 || qd <= 0 || qd > 4096 || dur <= 0 {
+		return errors.New("--size must be 1..2^30, --qd 1..4096, --duration positive")
+	}
+	progress := stdout
+	if *perfOpts.json {
+		progress = stderr
+	}
+	res, err := perfRun(wrOp, size, qd, dur, progress)
+	if err != nil {
+		return err
+	}
+	res.Op = op
+	if *perfOpts.json {
+		return json.NewEncoder(stdout).Encode(res)
+	}
+	fmt.Fprintf(stdout, "\n%-6s %10s %5s %14s %12s %10s %10s\n", "op", "bytes", "qd", "ops/s", "GB/s", "p50 µs", "p99 µs")
+	fmt.Fprintf(stdout, "%-6s %10d %5d %14.0f %12.3f %10.2f %10.2f\n", op, size, qd, res.OpsPerSec, res.GBytesPerSec, res.LatUS.P50, res.LatUS.P99)
+	return nil
+}
+
+type perfEnd struct {
+	ctx *verbs.Context
+	pd  *verbs.PD
+	cq  *verbs.CQ
+	qp  *verbs.QP
+	mr  *verbs.MR
+}
+
+func perfSide(dev *hca.Device, qd, bufSize int) (*perfEnd, error) {
+	ctx, err := verbs.Open(dev)
+	if err != nil {
+		return nil, err
+	}
+	e := &perfEnd{ctx: ctx}
+	if e.pd, err = ctx.AllocPD(); err != nil {
+		return nil, err
+	}
+	if e.cq, err = ctx.CreateCQ(2*qd+16, nil); err != nil {
+		return nil, err
+	}
+	if e.qp, err = e.pd.CreateQP(&verbs.QPInitAttr{SendCQ: e.cq, RecvCQ: e.cq,
+		Cap: verbs.QPCap{MaxSendWR: qd, MaxRecvWR: qd, MaxSendSGE: 1, MaxRecvSGE: 1}}); err != nil {
+		return nil, err
+	}
+	buf, err := ctx.Alloc(bufSize)
+	if err != nil {
+		return nil, err
+	}
+	if e.mr, err = e.pd.RegMR(buf, verbs.AccessLocalWrite|verbs.AccessRemoteWrite|verbs.AccessRemoteRead); err != nil {
+		return nil, err
+	}
+	return e, nil
+}
+
+// perfRun keeps qd operations of size bytes outstanding for dur and
+// measures completions and post-to-completion latency.
+func perfRun(op verbs.WROpcode, size, qd int, dur time.Duration, progress io.Writer) (*perfResult, error) {
+	dev := hca.New(hca.Options{})
+	defer dev.Close()
+	bufSize := max(size, 64)
+	a, err := perfSide(dev, qd, bufSize)
+	if err != nil {
+		return nil, err
+	}
+	b, err := perfSide(dev, qd, bufSize)
+	if err != nil {
+		return nil, err
+	}
+	if err := a.qp.Connect(b.qp.Info(), nil); err != nil {
+		return nil, err
+	}
+	if err := b.qp.Connect(a.qp.Info(), nil); err != nil {
+		return nil, err
+	}
+	recv := func(n int) error {
+		wrs := make([]verbs.RecvWR, n)
+		for i := range wrs {
+			wrs[i] = verbs.RecvWR{WRID: uint64(i), SG: []verbs.SGE{b.mr.SGE(0, size)}}
+		}
+		_, err := b.qp.PostRecv(wrs)
+		return err
+	}
+	if op == verbs.WRSend {
+		if err := recv(qd); err != nil {
+			return nil, err
+		}
+	}
+	wr := verbs.SendWR{Opcode: op, Flags: verbs.SendSignaled, SG: []verbs.SGE{a.mr.SGE(0, size)},
+		RemoteAddr: b.mr.Addr, RKey: b.mr.RKey}
+	posted := make([]time.Time, qd)
+	lat := make([]time.Duration, 0, 1<<20)
+	wcs := make([]verbs.WC, qd)
+	rwcs := make([]verbs.WC, qd)
+	batch := make([]verbs.SendWR, 0, qd)
+	start := time.Now()
+	end := start.Add(dur)
+	nextTick := start.Add(time.Second)
+	var done, lastDone int
+	outstanding := 0
+	for id := 0; ; {
+		now := time.Now()
+		if now.After(end) && outstanding == 0 {
+			break
+		}
+		batch = batch[:0]
+		for outstanding+len(batch) < qd && now.Before(end) {
+			w := wr
+			w.WRID = uint64(id % qd)
+			posted[id%qd] = now
+			batch = append(batch, w)
+			id++
+		}
+		if len(batch) > 0 {
+			if _, err := a.qp.PostSend(batch); err != nil {
+				return nil, err
+			}
+			outstanding += len(batch)
+		}
+		n, _ := a.cq.Poll(wcs)
+		if n == 0 {
+			// Give the device's goroutines this P rather than waking another
+			// thread for them: a busy poll that never yields makes every
+			// hand-off a cross-thread wake-up.
+			runtime.Gosched()
+		}
+		now = time.Now()
+		for _, wc := range wcs[:n] {
+			if wc.Status != verbs.WCSuccess {
+				return nil, fmt.Errorf("completion %v", wc.Status)
+			}
+			if len(lat) < cap(lat) {
+				lat = append(lat, now.Sub(posted[wc.WRID]))
+			}
+		}
+		outstanding -= n
+		done += n
+		if op == verbs.WRSend {
+			if k, _ := b.cq.Poll(rwcs); k > 0 {
+				if err := recv(k); err != nil {
+					return nil, err
+				}
+			}
+		}
+		if now.After(nextTick) {
+			fmt.Fprintf(progress, "%6.1fs %12d ops/s\n", now.Sub(start).Seconds(), done-lastDone)
+			lastDone = done
+			nextTick = nextTick.Add(time.Second)
+		}
+	}
+	el := time.Since(start).Seconds()
+	r := &perfResult{Size: size, QD: qd, PI: "none"}
+	r.OpsPerSec = float64(done) / el
+	r.GBytesPerSec = r.OpsPerSec * float64(size) / 1e9
+	if len(lat) > 0 {
+		slices.Sort(lat)
+		r.LatUS.P50 = float64(lat[len(lat)/2]) / 1e3
+		r.LatUS.P99 = float64(lat[len(lat)*99/100]) / 1e3
+	}
+	return r, nil
+}
