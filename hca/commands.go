@@ -68,7 +68,11 @@ const (
 	QPNOff        = 8 // CREATE_QP output; DESTROY_QP, modify and QUERY_QP input
 
 	// Modify QP input (RST2INIT … RTS2SQD): qpn at 8, opt_param_mask at
-	// 12, the QP context from 16.
+	// 12, the QP context from 16. RST2INIT always takes the access flags;
+	// INIT2INIT, RTS2RTS and SQD_RTS only with QPOptAccess in the mask
+	// (mlx5's RRE|RAE|RWE optional-parameter bits).
+	QPOptMask      = 12
+	QPOptAccess    = 1<<1 | 1<<2 | 1<<3
 	QPCAccess      = 16 // bit 0 remote read, bit 1 remote write, bit 2 remote atomic
 	QPCRemoteLID   = 20 // BE16
 	QPCRemoteQPN   = 24

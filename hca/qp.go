@@ -81,11 +81,12 @@ type QP struct {
 	rqLog    uint8
 	rqStride uint8
 
-	mu       sync.Mutex
-	state    QPState
-	attr     qpAttr
-	drained  bool   // SQ_DRAINED reported for the current SQD
-	resetGen uint64 // bumped by every move to RST
+	mu        sync.Mutex
+	state     QPState
+	attr      qpAttr
+	drained   bool   // SQ_DRAINED reported for the current SQD
+	fatalSent bool   // QP_FATAL reported
+	resetGen  uint64 // bumped by every move to RST
 
 	bell   chan struct{}   // send doorbell, and state changes
 	rbell  chan struct{}   // receive doorbell, and state changes
@@ -235,9 +236,13 @@ func (f *Func) modifyQP(op uint16, in In) Out {
 		to = t.to
 	}
 	a := &qp.attr
-	switch op {
-	case CmdRST2INIT, CmdINIT2INIT, CmdRTS2RTS, CmdSQD2RTS:
+	opt := in.U32(QPOptMask)
+	switch {
+	case op == CmdRST2INIT,
+		(op == CmdINIT2INIT || op == CmdRTS2RTS || op == CmdSQD2RTS) && opt&QPOptAccess != 0:
 		a.access = in.U8(QPCAccess+3) & (QPAccessRead | QPAccessWrite | QPAccessAtomic)
+	}
+	switch op {
 	case CmdINIT2RTR:
 		a.remoteLID, a.remoteQPN = in.U16(QPCRemoteLID), in.U32(QPCRemoteQPN)&0xFFFFFF
 		a.rqPSN = in.U32(QPCRQPSN) & 0xFFFFFF
@@ -249,6 +254,7 @@ func (f *Func) modifyQP(op uint16, in In) Out {
 	}
 	if to == StateRST {
 		*a = qpAttr{}
+		qp.fatalSent = false
 	}
 	if to == StateSQD {
 		qp.drained = false

@@ -153,7 +153,12 @@ func (qp *QP) step(s *reqState) {
 		// Completing can lift a fence or free the window: fetch again then.
 		for qp.fetch(s, &attr) && qp.complete(s) > 0 {
 		}
-	case StateSQD:
+	case StateERR:
+		qp.flush(s)
+		return
+	}
+	qp.complete(s)
+	if st == StateSQD {
 		qp.mu.Lock()
 		report := !qp.drained && len(s.inflight) == 0
 		qp.drained = qp.drained || report
@@ -161,11 +166,7 @@ func (qp *QP) step(s *reqState) {
 		if report {
 			qp.fn.event(EventSQDrained, qp.qpn)
 		}
-	case StateERR:
-		qp.flush(s)
-		return
 	}
-	qp.complete(s)
 }
 
 // fetch executes posted WQEs in order while the window, the fences and the
@@ -376,7 +377,7 @@ func (qp *QP) doSetPSV(segs []byte) cq.Syndrome {
 // onResponse applies an ACK or NAK to the request with its PSN.
 func (qp *QP) onResponse(s *reqState, r response) {
 	_, a, gen := qp.snapshot()
-	if gen != s.gen || s.erred {
+	if gen != s.gen {
 		return
 	}
 	s.answers++
@@ -429,7 +430,7 @@ func (qp *QP) onTimer(s *reqState) {
 	st, a, gen := qp.snapshot()
 	rnr := s.rnrWait
 	s.rnrWait = false
-	if gen != s.gen || s.erred || (st != StateRTS && st != StateSQD) {
+	if gen != s.gen || (st != StateRTS && st != StateSQD) {
 		return
 	}
 	head := qp.unacked(s)
@@ -482,9 +483,21 @@ func (qp *QP) complete(s *reqState) int {
 // cqe writes a send completion; a CQ that cannot take it puts the QP in error.
 func (qp *QP) cqe(f *cq.Fields, solicited bool) {
 	if !qp.scq.push(f, solicited) {
-		qp.fn.event(EventQPFatal, qp.qpn)
-		qp.toError()
+		qp.fatal()
 	}
+}
+
+// fatal reports, once per QP until it is reset, that a completion could
+// not be written, and moves the QP to error.
+func (qp *QP) fatal() {
+	qp.mu.Lock()
+	first := !qp.fatalSent
+	qp.fatalSent = true
+	qp.mu.Unlock()
+	if first {
+		qp.fn.event(EventQPFatal, qp.qpn)
+	}
+	qp.toError()
 }
 
 // flush completes every outstanding and posted WQE with WR_FLUSH_ERR, in

@@ -233,11 +233,13 @@ func (qp *QP) serveWrite(s *respState, r *request, a *qpAttr) respKind {
 			return respRNR
 		}
 	}
-	dst, err := qp.fn.mkeys.Resolve(nil, klm.Request{Key: r.rkey, PD: qp.pd, Addr: r.raddr, Len: r.length, Access: klm.RemoteWrite})
-	if err != nil {
-		return respAccess
+	if r.length > 0 { // a zero-length WRITE does not validate its R_Key (IBA C9-88)
+		dst, err := qp.fn.mkeys.Resolve(nil, klm.Request{Key: r.rkey, PD: qp.pd, Addr: r.raddr, Len: r.length, Access: klm.RemoteWrite})
+		if err != nil {
+			return respAccess
+		}
+		copySegs(dst, r.src)
 	}
-	copySegs(dst, r.src)
 	if r.op == sq.OpRDMAWriteImm {
 		_ = list
 		idx := s.rqCI
@@ -250,6 +252,9 @@ func (qp *QP) serveWrite(s *respState, r *request, a *qpAttr) respKind {
 func (qp *QP) serveReadKind(r *request, a *qpAttr) (respKind, uint32) {
 	if a.access&QPAccessRead == 0 {
 		return respAccess, 0
+	}
+	if r.length == 0 { // nor does a zero-length READ
+		return respACK, 0
 	}
 	src, err := qp.fn.mkeys.Resolve(nil, klm.Request{Key: r.rkey, PD: qp.pd, Addr: r.raddr, Len: r.length, Access: klm.RemoteRead})
 	if err != nil {
@@ -293,8 +298,7 @@ func (qp *QP) serveAtomic(r *request, a *qpAttr) respKind {
 // rcqe writes a receive completion.
 func (qp *QP) rcqe(f *cq.Fields, solicited bool) {
 	if !qp.rcq.push(f, solicited) {
-		qp.fn.event(EventQPFatal, qp.qpn)
-		qp.toError()
+		qp.fatal()
 	}
 }
 

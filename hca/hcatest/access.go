@@ -13,6 +13,7 @@ var accessScenarios = []scenario{
 	{"RecvTooSmall", recvTooSmall},
 	{"RecvBadKey", recvBadKey},
 	{"AtomicMisaligned", atomicMisaligned},
+	{"DeregisteredKey", deregisteredKey},
 	{"RegMRAccess", regMRAccess},
 	{"RegMRWorkRequestAccess", regMRWorkRequestAccess},
 }
@@ -47,6 +48,7 @@ func localKeyErrors(t *testing.T, s *suite) {
 		}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
+			a, b := a.in(t), b.in(t)
 			ea, eb := link(t, a, b)
 			putBE64(b.buf, 0x1234)
 			eb.recv(rwr(0xB0, b.mr.SGE(100, 64)))
@@ -101,9 +103,23 @@ func remoteKeyErrors(t *testing.T, s *suite) {
 			SG: []verbs.SGE{a.mr.SGE(0, 8)}, RemoteAddr: b.mr.Addr, RKey: variant(b.mr.RKey, 3)}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
+			a, b := a.in(t), b.in(t)
 			ea, eb := link(t, a, b)
+			// An operation that consumes a receive gets one (without it,
+			// the responder answers RNR before checking the key).
+			recv := c.wr.Opcode == verbs.WRRDMAWriteWithImm
+			if recv {
+				eb.recv(rwr(0xAAAA, b.mr.SGE(0, 64)))
+			}
 			ea.post(c.wr)
 			checkErr(t, "requester", poll1(t, ea.scq), c.wr.WRID, verbs.WCRemAccessErr, ea.qp.QPN())
+			if recv {
+				// Whether the receive completes in error or is flushed
+				// is not specified; it must not succeed.
+				if wc := poll1(t, eb.rcq); wc.WRID != 0xAAAA || wc.Status == verbs.WCSuccess {
+					t.Errorf("the receive the failed operation would have consumed: %s, want an error", fmtWC(wc))
+				}
+			}
 			brokenResponder(t, eb, b.mr.SGE(0, 64))
 		})
 	}
@@ -135,6 +151,7 @@ func qpAccessErrors(t *testing.T, s *suite) {
 		{"NoRemoteAtomic", verbs.AccessRemoteWrite | verbs.AccessRemoteRead, []verbs.WROpcode{verbs.WRRDMAWrite, verbs.WRRDMARead}, verbs.WRAtomicFetchAdd},
 	} {
 		t.Run(c.name, func(t *testing.T) {
+			a, b := a.in(t), b.in(t)
 			ea, eb := a.ep(nil), b.ep(nil)
 			connect(t, ea, eb, nil, &verbs.ConnectOptions{Access: c.access})
 			for _, op := range c.allowed {
@@ -149,6 +166,7 @@ func qpAccessErrors(t *testing.T, s *suite) {
 	}
 	// SEND needs no remote access right.
 	t.Run("SendWithoutRights", func(t *testing.T) {
+		a, b := a.in(t), b.in(t)
 		ea, eb := a.ep(nil), b.ep(nil)
 		connect(t, ea, eb, nil, &verbs.ConnectOptions{Access: verbs.AccessRemoteRead})
 		copy(a.buf, "ok")
@@ -164,6 +182,15 @@ func qpAccessErrors(t *testing.T, s *suite) {
 func recvTooSmall(t *testing.T, s *suite) {
 	a, b := s.pair(t)
 	ea, eb := link(t, a, b)
+	// Exactly the receive's size fits.
+	fill(a.buf[:17], 0x21)
+	eb.recv(rwr(3, b.mr.SGE(0, 8), b.mr.SGE(100, 8)))
+	ea.post(send(4, a.mr.SGE(0, 16)))
+	check(t, "send of exactly the receive's size", poll1(t, ea.scq), want{wrid: 4, op: verbs.WCSend, len: anyLen})
+	check(t, "its receive", poll1(t, eb.rcq), want{wrid: 3, op: verbs.WCRecv, len: 16})
+	sameBytes(t, "first piece", b.buf[:8], a.buf[:8])
+	sameBytes(t, "second piece", b.buf[100:108], a.buf[8:16])
+	// One byte more does not.
 	eb.recv(rwr(1, b.mr.SGE(0, 8), b.mr.SGE(100, 8)))
 	ea.post(send(2, a.mr.SGE(0, 17)))
 	checkErr(t, "requester", poll1(t, ea.scq), 2, verbs.WCRemInvReqErr, ea.qp.QPN())
@@ -185,6 +212,7 @@ func recvBadKey(t *testing.T, s *suite) {
 		{"OutOfRange", b.mr.SGE(bufSize-8, 64)},
 	} {
 		t.Run(c.name, func(t *testing.T) {
+			a, b := a.in(t), b.in(t)
 			ea, eb := link(t, a, b)
 			eb.recv(rwr(1, c.sge))
 			ea.post(send(2, a.mr.SGE(0, 32)))
@@ -208,6 +236,30 @@ func atomicMisaligned(t *testing.T, s *suite) {
 	if be64(b.buf[8:]) != 5 || be64(b.buf[16:]) != 0 {
 		t.Errorf("memory changed by a misaligned atomic")
 	}
+}
+
+// deregisteredKey: after Dereg, the MR's keys give no access, even once a
+// new MR is registered over the same memory.
+func deregisteredKey(t *testing.T, s *suite) {
+	a, b := s.pair(t)
+	buf := b.alloc(4096)
+	old := b.reg(b.pd, buf, allAccess)
+	lkey, rkey, addr := old.LKey, old.RKey, old.Addr
+	if err := old.Dereg(); err != nil {
+		t.Fatalf("dereg: %v", err)
+	}
+	for i := range 3 {
+		b.reg(b.pd, buf, allAccess)
+		xa, xb := link(t, a, b)
+		id := uint64(10 + i)
+		xa.post(write(id, a.mr.SGE(0, 8), addr, rkey))
+		checkErr(t, "write through a deregistered rkey", poll1(t, xa.scq), id, verbs.WCRemAccessErr, xa.qp.QPN())
+		brokenResponder(t, xb, b.mr.SGE(0, 8))
+	}
+	xa, xb := link(t, b, a)
+	xa.post(write(20, verbs.SGE{Addr: addr, Length: 8, LKey: lkey}, a.mr.Addr, a.mr.RKey))
+	checkErr(t, "write from a deregistered lkey", poll1(t, xa.scq), 20, verbs.WCLocProtErr, xa.qp.QPN())
+	quietCQ(t, xb.rcq, quiet, "peer receive CQ")
 }
 
 // regMRAccess: remote write or atomic without local write is refused.

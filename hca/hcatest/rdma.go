@@ -17,6 +17,10 @@ var rdmaScenarios = []scenario{
 	{"InlineSend", inlineSend},
 	{"InlineWrite", inlineWrite},
 	{"InlineTooBig", inlineTooBig},
+	{"InlineRead", inlineRead},
+	{"ReadsBeyondMaxRD", readsBeyondMaxRD},
+	{"ZeroLengthNoKeyCheck", zeroLengthNoKeyCheck},
+	{"LargeTransfers", largeTransfers},
 }
 
 // rdmaWrite writes gathered data into the peer's memory at various
@@ -220,4 +224,111 @@ func inlineTooBig(t *testing.T, s *suite) {
 		t.Errorf("inline send of %d bytes on a QP of max inline %d: %d, %v; want 0, ErrInlineTooBig", defaultCap.MaxInline+1, defaultCap.MaxInline, n, err)
 	}
 	quietCQ(t, ea.scq, quiet, "send CQ")
+}
+
+// inlineRead: READ and atomics cannot be inline.
+func inlineRead(t *testing.T, s *suite) {
+	a, b := s.pair(t)
+	ea, _ := link(t, a, b)
+	r := read(1, a.mr.SGE(0, 8), b.mr.Addr, b.mr.RKey)
+	r.Flags |= verbs.SendInline
+	postErr(t, "inline READ", ea.qp, []verbs.SendWR{write(2, a.mr.SGE(0, 8), b.mr.Addr, b.mr.RKey), r}, 1, verbs.ErrInvalid)
+	check(t, "the WR before", poll1(t, ea.scq), want{wrid: 2, op: verbs.WCRDMAWrite, len: anyLen})
+	quietCQ(t, ea.scq, quiet, "send CQ")
+}
+
+// readsBeyondMaxRD: more READs and atomics than the QP may have
+// outstanding (MaxRD 1 and 4) all complete, in order.
+func readsBeyondMaxRD(t *testing.T, s *suite) {
+	a, b := s.pair(t)
+	fill(b.buf, 0x3C)
+	for _, maxRD := range []uint8{1, 4} {
+		ea, eb := a.ep(nil), b.ep(nil)
+		connect(t, ea, eb, &verbs.ConnectOptions{MaxRD: maxRD}, &verbs.ConnectOptions{MaxRD: maxRD})
+		clear(a.buf)
+		var wrs []verbs.SendWR
+		for i := range 40 {
+			if i%4 == 3 {
+				wrs = append(wrs, verbs.SendWR{WRID: uint64(i), Opcode: verbs.WRAtomicFetchAdd, Flags: verbs.SendSignaled,
+					SG: []verbs.SGE{a.mr.SGE(1000*i, 8)}, RemoteAddr: b.mr.Addr + 60000, RKey: b.mr.RKey, CompareAdd: 0})
+				continue
+			}
+			w := read(uint64(i), a.mr.SGE(1000*i, 1000), b.mr.Addr+uint64(1000*i), b.mr.RKey)
+			if i%2 == 0 {
+				w.Flags = 0
+			}
+			wrs = append(wrs, w)
+		}
+		ea.post(wrs...)
+		var exp []verbs.SendWR
+		for _, w := range wrs {
+			if w.Flags&verbs.SendSignaled != 0 {
+				exp = append(exp, w)
+			}
+		}
+		for i, wc := range poll(t, ea.scq, len(exp)) {
+			op, l := verbs.WCRDMARead, 1000
+			if exp[i].Opcode == verbs.WRAtomicFetchAdd {
+				op, l = verbs.WCFetchAdd, 8
+			}
+			check(t, fmt.Sprintf("max_rd %d completion %d", maxRD, i), wc, want{wrid: exp[i].WRID, op: op, len: l})
+		}
+		for i, w := range wrs {
+			if w.Opcode == verbs.WRRDMARead {
+				sameBytes(t, fmt.Sprintf("read %d", i), a.buf[1000*i:1000*i+1000], b.buf[1000*i:1000*i+1000])
+			}
+		}
+		quietCQ(t, ea.scq, quiet, "send CQ")
+	}
+}
+
+// zeroLengthNoKeyCheck: a zero-length RDMA WRITE or READ transfers
+// nothing, and the responder does not validate its R_Key — IBA C9-88:
+// "For an HCA responder using Reliable Connection service, for each
+// zero-length RDMA READ or WRITE request, the R_Key shall not be
+// validated, even if the request includes Immediate data." (Linux's
+// ib_srpt drains its QPs with such a write.)
+func zeroLengthNoKeyCheck(t *testing.T, s *suite) {
+	a, b := s.pair(t)
+	{
+		ea, _ := link(t, a, b)
+		ea.post(verbs.SendWR{WRID: 1, Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled, RemoteAddr: 0x1234, RKey: 0x00BAD000})
+		check(t, "zero-length write with a bogus rkey", poll1(t, ea.scq), want{wrid: 1, op: verbs.WCRDMAWrite, len: anyLen})
+	}
+	{
+		ea, _ := link(t, a, b)
+		ea.post(verbs.SendWR{WRID: 2, Opcode: verbs.WRRDMARead, Flags: verbs.SendSignaled, RemoteAddr: 0x1234, RKey: 0x00BAD000})
+		check(t, "zero-length read with a bogus rkey", poll1(t, ea.scq), want{wrid: 2, op: verbs.WCRDMARead, len: 0})
+	}
+	{
+		ea, eb := link(t, a, b)
+		eb.recv(rwr(3))
+		ea.post(verbs.SendWR{WRID: 4, Opcode: verbs.WRRDMAWriteWithImm, Flags: verbs.SendSignaled, Imm: 4, RKey: 0})
+		check(t, "zero-length write with imm and rkey 0", poll1(t, ea.scq), want{wrid: 4, op: verbs.WCRDMAWrite, len: anyLen})
+		check(t, "its receive", poll1(t, eb.rcq), want{wrid: 3, op: verbs.WCRecvRDMAWithImm, len: 0, imm: 4, withImm: true})
+	}
+}
+
+// largeTransfers: a 4 MiB WRITE, READ and SEND through many pages.
+func largeTransfers(t *testing.T, s *suite) {
+	a, b := s.pair(t)
+	const n = 4 << 20
+	abuf, bbuf := a.alloc(n), b.alloc(n)
+	amr, bmr := a.reg(a.pd, abuf, allAccess), b.reg(b.pd, bbuf, allAccess)
+	ea, eb := link(t, a, b)
+	fill(abuf, 0x4B)
+	ea.post(write(1, amr.SGE(0, n), bmr.Addr, bmr.RKey))
+	check(t, "large write", poll1(t, ea.scq), want{wrid: 1, op: verbs.WCRDMAWrite, len: anyLen})
+	sameBytes(t, "large write", bbuf, abuf)
+	fill(bbuf, 0x4C)
+	ea.post(read(2, amr.SGE(0, n), bmr.Addr, bmr.RKey))
+	check(t, "large read", poll1(t, ea.scq), want{wrid: 2, op: verbs.WCRDMARead, len: n})
+	sameBytes(t, "large read", abuf, bbuf)
+	fill(abuf, 0x4D)
+	clear(bbuf)
+	eb.recv(rwr(3, bmr.SGE(1, n-1)))
+	ea.post(send(4, amr.SGE(0, n-1)))
+	check(t, "large send", poll1(t, ea.scq), want{wrid: 4, op: verbs.WCSend, len: anyLen})
+	check(t, "large receive", poll1(t, eb.rcq), want{wrid: 3, op: verbs.WCRecv, len: n - 1})
+	sameBytes(t, "large send", bbuf[1:], abuf[:n-1])
 }

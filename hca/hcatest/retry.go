@@ -11,12 +11,15 @@ var rnrScenarios = []scenario{
 	{"RetryForever", rnrRetryForever},
 	{"WriteImmRetryForever", rnrWriteImm},
 	{"RetryExceeded", rnrRetryExceeded},
+	{"FollowingWRs", rnrFollowingWRs},
 }
 
 var retryScenarios = []scenario{
 	{"PeerDestroyed", retryPeerDestroyed},
 	{"PeerNeverConnected", retryPeerNeverConnected},
 	{"NoSuchQP", retryNoSuchQP},
+	{"PeerConnectsLate", retryPeerConnectsLate},
+	{"PeerContextClosed", retryPeerContextClosed},
 }
 
 // rnrRetryForever: a SEND with no receive posted waits (RNR NAKs, retried
@@ -101,7 +104,6 @@ func retryPeerNeverConnected(t *testing.T, s *suite) {
 	if err := ea.qp.Connect(eb.qp.Info(), &verbs.ConnectOptions{Timeout: 8, RetryCnt: 1}); err != nil {
 		t.Fatal(err)
 	}
-	eb.recv(rwr(9, b.mr.SGE(0, 8)))
 	ea.post(send(1, a.mr.SGE(0, 8)))
 	checkErr(t, "send to a peer in RESET", poll1(t, ea.scq), 1, verbs.WCRetryExcErr, ea.qp.QPN())
 	quietCQ(t, eb.rcq, 0, "peer receive CQ")
@@ -120,4 +122,80 @@ func retryNoSuchQP(t *testing.T, s *suite) {
 	}
 	ea.post(read(1, a.mr.SGE(0, 8), b.mr.Addr, b.mr.RKey))
 	checkErr(t, "read from a QP that does not exist", poll1(t, ea.scq), 1, verbs.WCRetryExcErr, ea.qp.QPN())
+}
+
+// rnrFollowingWRs: WRs posted behind a SEND that meets RNR wait for it and
+// then all complete, in order, each executed once.
+func rnrFollowingWRs(t *testing.T, s *suite) {
+	a, b := s.pair(t)
+	ea, eb := a.ep(nil), b.ep(nil)
+	connect(t, ea, eb, nil, &verbs.ConnectOptions{MinRNRTimer: 8})
+	putBE64(b.buf[4096:], 0)
+	copy(a.buf, "first")
+	fill(a.buf[1000:2000], 0x19)
+	wrs := []verbs.SendWR{send(1, a.mr.SGE(0, 5))}
+	for i := range 10 {
+		wrs = append(wrs, verbs.SendWR{WRID: uint64(10 + i), Opcode: verbs.WRAtomicFetchAdd, Flags: verbs.SendSignaled,
+			SG: []verbs.SGE{a.mr.SGE(8192+8*i, 8)}, RemoteAddr: b.mr.Addr + 4096, RKey: b.mr.RKey, CompareAdd: 1})
+	}
+	wrs = append(wrs, write(30, a.mr.SGE(1000, 1000), b.mr.Addr+10000, b.mr.RKey), send(31, a.mr.SGE(0, 2)))
+	ea.post(wrs...)
+	quietCQ(t, ea.scq, quiet, "send CQ while the first SEND meets RNR")
+	if got := be64(b.buf[4096:]); got != 0 {
+		t.Errorf("an atomic behind the waiting SEND executed: word is %d", got)
+	}
+	eb.recv(rwr(2, b.mr.SGE(0, 64)), rwr(3, b.mr.SGE(64, 64)))
+	got := poll(t, ea.scq, len(wrs))
+	check(t, "the SEND", got[0], want{wrid: 1, op: verbs.WCSend, len: anyLen})
+	for i := range 10 {
+		check(t, "atomic", got[1+i], want{wrid: uint64(10 + i), op: verbs.WCFetchAdd, len: 8})
+		if v := be64(a.buf[8192+8*i:]); v != uint64(i) {
+			t.Errorf("atomic %d fetched %d (executed more than once?)", i, v)
+		}
+	}
+	check(t, "write", got[11], want{wrid: 30, op: verbs.WCRDMAWrite, len: anyLen})
+	check(t, "second send", got[12], want{wrid: 31, op: verbs.WCSend, len: anyLen})
+	if v := be64(b.buf[4096:]); v != 10 {
+		t.Errorf("after 10 fetch-adds the word is %d", v)
+	}
+	sameBytes(t, "write", b.buf[10000:11000], a.buf[1000:2000])
+	check(t, "first receive", poll1(t, eb.rcq), want{wrid: 2, op: verbs.WCRecv, len: 5})
+	check(t, "second receive", poll1(t, eb.rcq), want{wrid: 3, op: verbs.WCRecv, len: 2})
+	quietCQ(t, eb.rcq, quiet, "receive CQ")
+}
+
+// retryPeerConnectsLate: requests to a peer that is not ready yet are
+// retransmitted on the ACK timeout and succeed once it is.
+func retryPeerConnectsLate(t *testing.T, s *suite) {
+	a, b := s.pair(t)
+	ea, eb := a.ep(nil), b.ep(nil)
+	if err := ea.qp.Connect(eb.qp.Info(), &verbs.ConnectOptions{Timeout: 10, RetryCnt: 7}); err != nil {
+		t.Fatal(err)
+	}
+	copy(a.buf, "late")
+	ea.post(write(1, a.mr.SGE(0, 4), b.mr.Addr+100, b.mr.RKey), send(2, a.mr.SGE(0, 4)))
+	time.Sleep(time.Millisecond)
+	if err := eb.qp.Connect(ea.qp.Info(), nil); err != nil {
+		t.Fatal(err)
+	}
+	eb.recv(rwr(3, b.mr.SGE(200, 64)))
+	check(t, "write", poll1(t, ea.scq), want{wrid: 1, op: verbs.WCRDMAWrite, len: anyLen})
+	check(t, "send", poll1(t, ea.scq), want{wrid: 2, op: verbs.WCSend, len: anyLen})
+	check(t, "receive", poll1(t, eb.rcq), want{wrid: 3, op: verbs.WCRecv, len: 4})
+	sameBytes(t, "written", b.buf[100:104], []byte("late"))
+	sameBytes(t, "sent", b.buf[200:204], []byte("late"))
+}
+
+// retryPeerContextClosed: the peer's whole context closes; the requester
+// times out.
+func retryPeerContextClosed(t *testing.T, s *suite) {
+	a, b := s.pair(t)
+	ea, eb := a.ep(nil), b.ep(nil)
+	connect(t, ea, eb, &verbs.ConnectOptions{Timeout: 10, RetryCnt: 2}, nil)
+	raddr, rkey := b.mr.Addr, b.mr.RKey
+	if err := b.ctx.Close(); err != nil {
+		t.Fatalf("close peer context: %v", err)
+	}
+	ea.post(write(1, a.mr.SGE(0, 8), raddr, rkey))
+	checkErr(t, "write to a closed context", poll1(t, ea.scq), 1, verbs.WCRetryExcErr, ea.qp.QPN())
 }

@@ -91,6 +91,9 @@ func (pd *PD) RegMR(buf []byte, access Access) (*MR, error) {
 	if len(buf) == 0 {
 		return nil, fmt.Errorf("reg mr: empty buffer: %w", ErrInvalid)
 	}
+	if access&(AccessRemoteWrite|AccessRemoteAtomic) != 0 && access&AccessLocalWrite == 0 {
+		return nil, fmt.Errorf("reg mr: remote write or atomic without local write: %w", ErrInvalid)
+	}
 	mr := &MR{pd: pd, Buf: buf, Len: uint64(len(buf)), access: access}
 	iova, ok := c.iovaOf(buf)
 	if !ok {

@@ -47,9 +47,21 @@ type QPInitAttr struct {
 	Integrity bool
 }
 
+// QPAttrMask says which optional attributes a Modify sets.
+type QPAttrMask uint32
+
+// Optional attributes.
+const (
+	// AttrAccess sets Access on INIT→INIT, RTS→RTS and SQD→RTS (RESET→INIT
+	// always takes it).
+	AttrAccess QPAttrMask = 1 << iota
+)
+
 // QPAttr are modifiable QP attributes; State is the target state.
 type QPAttr struct {
 	State QPState
+	// Mask selects optional attributes of the transition.
+	Mask QPAttrMask
 	// Access enables remote access to the QP's responder
 	// (AccessRemoteRead, AccessRemoteWrite, AccessRemoteAtomic).
 	Access          Access
@@ -305,6 +317,9 @@ func (qp *QP) Modify(a *QPAttr) error {
 		return fmt.Errorf("modify qp %#x from %v to %v: %w", qp.qpn, cur, a.State, ErrQPState)
 	}
 	in := hca.NewIn(op, hca.QPModifySize).Put32(hca.QPNOff, qp.qpn)
+	if a.Mask&AttrAccess != 0 {
+		in.Put32(hca.QPOptMask, hca.QPOptAccess)
+	}
 	var acc uint8
 	if a.Access&AccessRemoteRead != 0 {
 		acc |= hca.QPAccessRead
@@ -636,6 +651,9 @@ func (qp *QP) regMRSegs(seg []byte, wr *SendWR) (int, error) {
 	xltOcto := (listBytes + 63) &^ 63 / klm.OctowordSize
 	inline := listBytes <= 64
 	c := umr.CtrlFields{XLTOctowords: uint16(xltOcto), Mask: umr.MaskFastReg}
+	if wr.Access&AccessRemoteAtomic != 0 {
+		c.Mask |= umr.MaskA // mlx5's frwr_mkey_mask(atomic)
+	}
 	if inline {
 		c.Flags = umr.FlagInline
 	}

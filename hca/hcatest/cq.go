@@ -1,0 +1,228 @@
+package hcatest
+
+import (
+	"testing"
+	"time"
+
+	"github.com/hcasim/hcasim/hca"
+	"github.com/hcasim/hcasim/hca/verbs"
+)
+
+var cqScenarios = []scenario{
+	{"Overflow", cqOverflow},
+	{"OverflowEventsOnce", cqOverflowEventsOnce},
+	{"ArmOncePerArming", cqArmOnce},
+	{"ArmSolicitedOnly", cqArmSolicited},
+	{"SharedCQ", cqShared},
+}
+
+// cqOverflow: a CQ that is not polled overflows: the CQ error event, the
+// QP can no longer complete and is fatal; what was written stays
+// readable.
+func cqOverflow(t *testing.T, s *suite) {
+	a, b := s.pair(t)
+	scq := a.cq(2, nil)
+	ea, eb := a.ep(&epOpts{scq: scq}), b.ep(nil)
+	connect(t, ea, eb, nil, nil)
+	for i := range 4 {
+		ea.post(write(uint64(i+1), a.mr.SGE(8*i, 8), b.mr.Addr+uint64(8*i), b.mr.RKey))
+	}
+	waitEvents(t, a.ctx, hca.Event{Type: hca.EventCQError, Obj: scq.Handle()}, hca.Event{Type: hca.EventQPFatal, Obj: ea.qp.QPN()})
+	for i, wc := range poll(t, scq, 2) {
+		check(t, "completion written before the overflow", wc, want{wrid: uint64(i + 1), op: verbs.WCRDMAWrite, len: anyLen})
+	}
+	quietCQ(t, scq, quiet, "overflowed CQ")
+	// The QP is in error: the peer sees it as gone (nothing more arrives).
+	quietCQ(t, eb.rcq, 0, "peer receive CQ")
+}
+
+// cqOverflowEventsOnce: an overflow raises one CQ error event for the CQ
+// and one QP fatal event for the QP, however many completions are lost
+// afterwards (the QP's flush included).
+func cqOverflowEventsOnce(t *testing.T, s *suite) {
+	a, b := s.pair(t)
+	scq := a.cq(2, nil)
+	ea, eb := a.ep(&epOpts{scq: scq}), b.ep(nil)
+	connect(t, ea, eb, nil, nil)
+	for i := range 10 {
+		ea.post(write(uint64(i+1), a.mr.SGE(8*i, 8), b.mr.Addr+uint64(8*i), b.mr.RKey))
+	}
+	cqErr := hca.Event{Type: hca.EventCQError, Obj: scq.Handle()}
+	fatal := hca.Event{Type: hca.EventQPFatal, Obj: ea.qp.QPN()}
+	waitEvents(t, a.ctx, cqErr, fatal)
+	// More work on the QP in error: flushed, and lost with the CQ.
+	ea.post(write(20, a.mr.SGE(0, 8), b.mr.Addr, b.mr.RKey))
+	count := map[hca.Event]int{}
+	timer := time.NewTimer(3 * quiet)
+	defer timer.Stop()
+	for done := false; !done; {
+		select {
+		case e := <-a.ctx.AsyncEvents():
+			count[e]++
+		case <-timer.C:
+			done = true
+		}
+	}
+	for e, n := range count {
+		t.Errorf("%d more %v events for %#x after the first", n, e.Type, e.Obj)
+	}
+}
+
+// waitEvents waits until every event in want has arrived on ctx's async
+// event channel, in any order.
+func waitEvents(t testing.TB, ctx *verbs.Context, want ...hca.Event) {
+	t.Helper()
+	missing := map[hca.Event]bool{}
+	for _, e := range want {
+		missing[e] = true
+	}
+	var seen []hca.Event
+	timer := time.NewTimer(waitFor)
+	defer timer.Stop()
+	for len(missing) > 0 {
+		select {
+		case e := <-ctx.AsyncEvents():
+			seen = append(seen, e)
+			delete(missing, e)
+		case <-timer.C:
+			t.Fatalf("events missing after %v: %v (seen %v)", waitFor, missing, seen)
+		}
+	}
+}
+
+// notified waits for c on ch.
+func notified(t testing.TB, ch *verbs.CompChannel, c *verbs.CQ, what string) {
+	t.Helper()
+	select {
+	case got := <-ch.C:
+		if got != c {
+			t.Errorf("%s: channel delivered CQ %d, want %d", what, got.Handle(), c.Handle())
+		}
+	case <-time.After(waitFor):
+		t.Fatalf("%s: no notification in %v", what, waitFor)
+	}
+}
+
+// notNotified fails if ch delivers within d.
+func notNotified(t testing.TB, ch *verbs.CompChannel, d time.Duration, what string) {
+	t.Helper()
+	select {
+	case got := <-ch.C:
+		t.Errorf("%s: unexpected notification for CQ %d", what, got.Handle())
+	case <-time.After(d):
+	}
+}
+
+// cqArmOnce: an armed CQ is delivered on its channel once, at the next
+// completion; unarmed it is not delivered.
+func cqArmOnce(t *testing.T, s *suite) {
+	a, b := s.pair(t)
+	ch := a.ctx.NewCompChannel(8)
+	scq := a.cq(64, ch)
+	ea, eb := a.ep(&epOpts{scq: scq}), b.ep(nil)
+	connect(t, ea, eb, nil, nil)
+	wr := func(id uint64) verbs.SendWR { return write(id, a.mr.SGE(0, 8), b.mr.Addr, b.mr.RKey) }
+
+	ea.post(wr(1))
+	check(t, "unarmed completion", poll1(t, scq), want{wrid: 1, op: verbs.WCRDMAWrite, len: anyLen})
+	notNotified(t, ch, quiet, "completion before arming")
+
+	scq.ReqNotify(false)
+	notNotified(t, ch, quiet, "armed, no completion yet")
+	ea.post(wr(2))
+	notified(t, ch, scq, "armed CQ")
+	check(t, "armed completion", poll1(t, scq), want{wrid: 2, op: verbs.WCRDMAWrite, len: anyLen})
+
+	// Not re-armed: no notification.
+	ea.post(wr(3))
+	check(t, "completion after the notification", poll1(t, scq), want{wrid: 3, op: verbs.WCRDMAWrite, len: anyLen})
+	notNotified(t, ch, quiet, "completion without re-arming")
+
+	// Re-armed: one notification for several completions.
+	scq.ReqNotify(false)
+	ea.post(wr(4), wr(5), wr(6))
+	notified(t, ch, scq, "re-armed CQ")
+	for i, wc := range poll(t, scq, 3) {
+		check(t, "batch completion", wc, want{wrid: uint64(4 + i), op: verbs.WCRDMAWrite, len: anyLen})
+	}
+	notNotified(t, ch, quiet, "second notification for one arming")
+
+	// Many arm/complete cycles.
+	for i := range 50 {
+		scq.ReqNotify(false)
+		id := uint64(100 + i)
+		ea.post(wr(id))
+		notified(t, ch, scq, "cycle")
+		check(t, "cycle completion", poll1(t, scq), want{wrid: id, op: verbs.WCRDMAWrite, len: anyLen})
+	}
+	notNotified(t, ch, quiet, "after the cycles")
+}
+
+// cqArmSolicited: a solicited-only arming fires for a solicited
+// completion, or an error, and not for others.
+func cqArmSolicited(t *testing.T, s *suite) {
+	a, b := s.pair(t)
+	ch := b.ctx.NewCompChannel(8)
+	rcq := b.cq(64, ch)
+	ea, eb := a.ep(nil), b.ep(&epOpts{rcq: rcq})
+	connect(t, ea, eb, nil, nil)
+	for i := range 4 {
+		eb.recv(rwr(uint64(10+i), b.mr.SGE(64*i, 64)))
+	}
+	rcq.ReqNotify(true)
+	ea.post(send(1, a.mr.SGE(0, 8)))
+	check(t, "send", poll1(t, ea.scq), want{wrid: 1, op: verbs.WCSend, len: anyLen})
+	check(t, "unsolicited receive", poll1(t, rcq), want{wrid: 10, op: verbs.WCRecv, len: 8})
+	notNotified(t, ch, quiet, "unsolicited receive with a solicited-only arming")
+
+	ea.post(verbs.SendWR{WRID: 2, Opcode: verbs.WRSend, Flags: verbs.SendSignaled | verbs.SendSolicited, SG: []verbs.SGE{a.mr.SGE(0, 4)}})
+	notified(t, ch, rcq, "solicited receive")
+	check(t, "solicited receive", poll1(t, rcq), want{wrid: 11, op: verbs.WCRecv, len: 4})
+	check(t, "solicited send", poll1(t, ea.scq), want{wrid: 2, op: verbs.WCSend, len: anyLen})
+
+	// A solicited WRITE with immediate.
+	rcq.ReqNotify(true)
+	ea.post(verbs.SendWR{WRID: 3, Opcode: verbs.WRRDMAWriteWithImm, Flags: verbs.SendSignaled | verbs.SendSolicited, Imm: 3,
+		SG: []verbs.SGE{a.mr.SGE(0, 4)}, RemoteAddr: b.mr.Addr + 4096, RKey: b.mr.RKey})
+	notified(t, ch, rcq, "solicited write with imm")
+	check(t, "solicited write with imm", poll1(t, rcq), want{wrid: 12, op: verbs.WCRecvRDMAWithImm, len: 4, imm: 3, withImm: true})
+	check(t, "its requester", poll1(t, ea.scq), want{wrid: 3, op: verbs.WCRDMAWrite, len: anyLen})
+
+	// An error completion fires a solicited-only arming too.
+	rcq.ReqNotify(true)
+	ea.post(send(4, a.mr.SGE(0, 100))) // the receive holds 64
+	notified(t, ch, rcq, "error completion")
+	checkErr(t, "receive too small", poll1(t, rcq), 13, verbs.WCLocLenErr, eb.qp.QPN())
+	checkErr(t, "its send", poll1(t, ea.scq), 4, verbs.WCRemInvReqErr, ea.qp.QPN())
+}
+
+// cqShared: several QPs complete to one CQ; every completion names its QP.
+func cqShared(t *testing.T, s *suite) {
+	a, b := s.pair(t)
+	scq := a.cq(256, nil)
+	const nqp, per = 4, 20
+	var eps []*ep
+	for range nqp {
+		ea, eb := a.ep(&epOpts{scq: scq}), b.ep(nil)
+		connect(t, ea, eb, nil, nil)
+		eps = append(eps, ea)
+	}
+	for i := range per {
+		for q, e := range eps {
+			// Each QP writes its own bytes: concurrent DMA to the same
+			// bytes is legal RDMA but a data race in an in-process model.
+			e.post(write(uint64(q<<16|i), a.mr.SGE(0, 8), b.mr.Addr+uint64(8*q), b.mr.RKey))
+		}
+	}
+	next := make([]int, nqp)
+	for _, wc := range poll(t, scq, nqp*per) {
+		q := int(wc.WRID >> 16)
+		if q >= nqp || wc.QPN != eps[q].qp.QPN() {
+			t.Errorf("completion %s on QP %#x", fmtWC(wc), wc.QPN)
+			continue
+		}
+		check(t, "shared CQ completion", wc, want{wrid: uint64(q<<16 | next[q]), op: verbs.WCRDMAWrite, len: anyLen, qpn: eps[q].qp.QPN()})
+		next[q]++
+	}
+	quietCQ(t, scq, quiet, "shared CQ")
+}
