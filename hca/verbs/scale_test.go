@@ -21,8 +21,8 @@ func heapInUse() uint64 {
 // 10,000 QPs created and destroyed leave the goroutine count and the heap
 // at their baseline.
 func TestQPFootprint(t *testing.T) {
-	if testing.Short() {
-		t.Skip("slow")
+	if testing.Short() || raceEnabled {
+		t.Skip("slow, and the race detector's memory distorts the figures")
 	}
 	dev := hca.New(hca.Options{})
 	defer dev.Close()
