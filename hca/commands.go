@@ -243,9 +243,9 @@ func (f *Func) createMkey(in In) Out {
 		return failOut(StatusBadParam, 0, "%d translation bytes for a capacity of %d octowords", len(xlt), m.XLTOctowords)
 	}
 	m.XLT = []byte(xlt)
-	if m.BSFEnabled {
-		return failOut(StatusBadParam, 0, "a BSF is set by a UMR, not at creation")
-	}
+	// A signature key is created with bsf_en set; its BSF comes with the
+	// signature UMR.
+	m.BSF = nil
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if !f.pdRef(m.PD, 1) {

@@ -95,6 +95,10 @@ type Func struct {
 	evMu   sync.Mutex
 	events []Event
 	evSig  chan struct{}
+
+	sigCache sync.Map // mkey index → *sigCacheEntry
+	sigMu    sync.Mutex
+	sigErrs  map[uint32]*sigState
 }
 
 func newFunc(d *Device) *Func {
@@ -114,6 +118,7 @@ func newFunc(d *Device) *Func {
 		dmaNext: 1 << 32,
 		dma:     map[uint64][]byte{},
 		evSig:   make(chan struct{}, 1),
+		sigErrs: map[uint32]*sigState{},
 	}
 }
 

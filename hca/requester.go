@@ -24,7 +24,9 @@ type request struct {
 	length    uint64
 	src       [][]byte
 	dst       [][]byte
-	imm       uint32 // immediate data, or the rkey a SEND_INVAL invalidates
+	srcSig    *sigAccess // src is the memory domain of a signature key
+	dstSig    *sigAccess // dst is the memory domain of a signature key
+	imm       uint32     // immediate data, or the rkey a SEND_INVAL invalidates
 	swapAdd   uint64
 	compare   uint64
 	solicited bool
@@ -228,7 +230,7 @@ func (qp *QP) execute(s *reqState, a *qpAttr, p *pending, w []byte, f *sq.CtrlFi
 		synd = qp.doSetPSV(segs)
 	case sq.OpSend, sq.OpSendImm, sq.OpSendInval:
 		req = &request{op: f.Opcode, imm: f.Imm, solicited: f.SE}
-		req.src, req.length, synd = qp.gather(segs, klm.LocalRead)
+		req.src, req.length, req.srcSig, synd = qp.gather(segs, klm.LocalRead)
 	case sq.OpRDMAWrite, sq.OpRDMAWriteImm:
 		if len(segs) < sq.RaddrSegSize {
 			synd = cq.SyndromeLocalQPOp
@@ -236,7 +238,7 @@ func (qp *QP) execute(s *reqState, a *qpAttr, p *pending, w []byte, f *sq.CtrlFi
 		}
 		r := sq.RaddrSeg(segs).Fields()
 		req = &request{op: f.Opcode, raddr: r.Addr, rkey: klm.Key(r.RKey), imm: f.Imm, solicited: f.SE}
-		req.src, req.length, synd = qp.gather(segs[sq.RaddrSegSize:], klm.LocalRead)
+		req.src, req.length, req.srcSig, synd = qp.gather(segs[sq.RaddrSegSize:], klm.LocalRead)
 	case sq.OpRDMARead:
 		if len(segs) < sq.RaddrSegSize {
 			synd = cq.SyndromeLocalQPOp
@@ -244,7 +246,7 @@ func (qp *QP) execute(s *reqState, a *qpAttr, p *pending, w []byte, f *sq.CtrlFi
 		}
 		r := sq.RaddrSeg(segs).Fields()
 		req = &request{op: f.Opcode, raddr: r.Addr, rkey: klm.Key(r.RKey)}
-		req.dst, req.length, synd = qp.gather(segs[sq.RaddrSegSize:], klm.LocalWrite)
+		req.dst, req.length, req.dstSig, synd = qp.gather(segs[sq.RaddrSegSize:], klm.LocalWrite)
 		p.readAtomic = true
 	case sq.OpAtomicCS, sq.OpAtomicFA:
 		if len(segs) < sq.RaddrSegSize+sq.AtomicSize {
@@ -254,8 +256,12 @@ func (qp *QP) execute(s *reqState, a *qpAttr, p *pending, w []byte, f *sq.CtrlFi
 		r := sq.RaddrSeg(segs).Fields()
 		at := sq.AtomicSeg(segs[sq.RaddrSegSize:]).Fields()
 		req = &request{op: f.Opcode, raddr: r.Addr, rkey: klm.Key(r.RKey), swapAdd: at.SwapAdd, compare: at.Compare}
-		req.dst, req.length, synd = qp.gather(segs[sq.RaddrSegSize+sq.AtomicSize:], klm.LocalWrite)
-		if synd == 0 && req.length != 8 {
+		var sa *sigAccess
+		req.dst, req.length, sa, synd = qp.gather(segs[sq.RaddrSegSize+sq.AtomicSize:], klm.LocalWrite)
+		switch {
+		case synd == 0 && sa != nil:
+			synd = cq.SyndromeLocalProt // no atomics through a signature key
+		case synd == 0 && req.length != 8:
 			synd = cq.SyndromeLocalLength
 		}
 		p.readAtomic = true
@@ -293,20 +299,21 @@ func (qp *QP) armTimer(s *reqState, d time.Duration, rnr bool) {
 }
 
 // gather resolves data segments (or inline data) into memory segments with
-// the given local access.
-func (qp *QP) gather(segs []byte, need klm.Access) ([][]byte, uint64, cq.Syndrome) {
-	var out [][]byte
-	var total uint64
+// the given local access. A signature key must be the only segment; its
+// segments are then its memory domain, and sa carries the transform.
+func (qp *QP) gather(segs []byte, need klm.Access) (out [][]byte, total uint64, sa *sigAccess, synd cq.Syndrome) {
+	n := 0
 	for len(segs) >= sq.SegSize {
 		w := binary.BigEndian.Uint32(segs)
 		if w&sq.InlineFlag != 0 {
-			n := int(w &^ sq.InlineFlag)
-			if need != klm.LocalRead || 4+n > len(segs) {
-				return nil, 0, cq.SyndromeLocalQPOp
+			k := int(w &^ sq.InlineFlag)
+			if need != klm.LocalRead || 4+k > len(segs) || sa != nil {
+				return nil, 0, nil, cq.SyndromeLocalQPOp
 			}
-			out = append(out, append([]byte(nil), segs[4:4+n]...))
-			total += uint64(n)
-			segs = segs[(4+n+sq.SegSize-1)/sq.SegSize*sq.SegSize:]
+			out = append(out, append([]byte(nil), segs[4:4+k]...))
+			total += uint64(k)
+			n++
+			segs = segs[(4+k+sq.SegSize-1)/sq.SegSize*sq.SegSize:]
 			continue
 		}
 		d := sq.DataSeg(segs).Fields()
@@ -314,17 +321,23 @@ func (qp *QP) gather(segs []byte, need klm.Access) ([][]byte, uint64, cq.Syndrom
 		if d.ByteCount == 0 {
 			continue
 		}
+		var s *sigAccess
 		var err error
-		out, err = qp.fn.mkeys.Resolve(out, klm.Request{Key: klm.Key(d.LKey), PD: qp.pd, Addr: d.Addr, Len: uint64(d.ByteCount), Access: need})
+		out, s, err = qp.resolveKey(out, klm.Key(d.LKey), d.Addr, uint64(d.ByteCount), need, need == klm.LocalRead)
 		if err != nil {
-			return nil, 0, cq.SyndromeLocalProt
+			return nil, 0, nil, cq.SyndromeLocalProt
 		}
+		n++
+		if (s != nil || sa != nil) && n > 1 {
+			return nil, 0, nil, cq.SyndromeLocalQPOp
+		}
+		sa = s
 		total += uint64(d.ByteCount)
 		if total > 1<<31 {
-			return nil, 0, cq.SyndromeLocalLength
+			return nil, 0, nil, cq.SyndromeLocalLength
 		}
 	}
-	return out, total, 0
+	return out, total, sa, 0
 }
 
 func (qp *QP) doUMR(segs []byte, target klm.Key) cq.Syndrome {
@@ -349,12 +362,19 @@ func (qp *QP) doUMR(segs []byte, target klm.Key) cq.Syndrome {
 	if m := qp.fn.mkeys.Lookup(target.Index()); m == nil || m.PD != qp.pd {
 		return cq.SyndromeLocalProt
 	}
+	sigReg := op.Ctrl.Mask&umr.MaskBSFEnable != 0 && op.Mkey.BSFEnabled
+	if sigReg && !qp.integrity {
+		return cq.SyndromeLocalQPOp // a signature UMR needs an integrity-enabled QP
+	}
 	if err := umr.Apply(qp.fn.mkeys, op); err != nil {
 		switch {
 		case errors.Is(err, umr.ErrNotFree), errors.Is(err, umr.ErrFree), errors.Is(err, umr.ErrAccess), errors.Is(err, umr.ErrNotUMR):
 			return cq.SyndromeLocalProt
 		}
 		return cq.SyndromeLocalQPOp
+	}
+	if sigReg {
+		qp.fn.sigRegistered(target.Index())
 	}
 	return 0
 }

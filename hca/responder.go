@@ -148,29 +148,36 @@ func (qp *QP) serve(s *respState, r *request) {
 	}
 }
 
-// scatter resolves a receive WQE's scatter list for n bytes.
-func (qp *QP) scatter(list []sq.DataFields, n uint64) ([][]byte, cq.Syndrome) {
+// scatter resolves a receive WQE's scatter list for n bytes. A signature
+// key must be the only entry used.
+func (qp *QP) scatter(list []sq.DataFields, n uint64) ([][]byte, *sigAccess, cq.Syndrome) {
 	var total uint64
 	for _, d := range list {
 		total += uint64(d.ByteCount)
 	}
 	if total < n {
-		return nil, cq.SyndromeLocalLength
+		return nil, nil, cq.SyndromeLocalLength
 	}
 	var out [][]byte
-	for _, d := range list {
+	var sa *sigAccess
+	for i, d := range list {
 		if n == 0 {
 			break
 		}
 		take := min(uint64(d.ByteCount), n)
+		var s *sigAccess
 		var err error
-		out, err = qp.fn.mkeys.Resolve(out, klm.Request{Key: klm.Key(d.LKey), PD: qp.pd, Addr: d.Addr, Len: take, Access: klm.LocalWrite})
+		out, s, err = qp.resolveKey(out, klm.Key(d.LKey), d.Addr, take, klm.LocalWrite, false)
 		if err != nil {
-			return nil, cq.SyndromeLocalProt
+			return nil, nil, cq.SyndromeLocalProt
 		}
+		if (s != nil || sa != nil) && i > 0 {
+			return nil, nil, cq.SyndromeLocalQPOp
+		}
+		sa = s
 		n -= take
 	}
-	return out, 0
+	return out, sa, 0
 }
 
 func (qp *QP) serveSend(s *respState, r *request) respKind {
@@ -179,7 +186,7 @@ func (qp *QP) serveSend(s *respState, r *request) respKind {
 		return respRNR
 	}
 	idx := s.rqCI
-	dst, synd := qp.scatter(list, r.length)
+	dst, dsig, synd := qp.scatter(list, r.length)
 	op := cq.OpRespSend
 	switch r.op {
 	case sq.OpSendImm:
@@ -198,7 +205,7 @@ func (qp *QP) serveSend(s *respState, r *request) respKind {
 		}
 		return respRemoteOp
 	}
-	copySegs(dst, r.src)
+	moveData(dst, dsig, r.src, r.srcSig)
 	s.rqCI++
 	f := cq.Fields{Opcode: op, QPN: qp.qpn, WQECounter: idx, ByteCount: uint32(r.length)}
 	if op != cq.OpRespSend {
@@ -234,11 +241,11 @@ func (qp *QP) serveWrite(s *respState, r *request, a *qpAttr) respKind {
 		}
 	}
 	if r.length > 0 { // a zero-length WRITE does not validate its R_Key (IBA C9-88)
-		dst, err := qp.fn.mkeys.Resolve(nil, klm.Request{Key: r.rkey, PD: qp.pd, Addr: r.raddr, Len: r.length, Access: klm.RemoteWrite})
+		dst, dsig, err := qp.resolveKey(nil, r.rkey, r.raddr, r.length, klm.RemoteWrite, false)
 		if err != nil {
 			return respAccess
 		}
-		copySegs(dst, r.src)
+		moveData(dst, dsig, r.src, r.srcSig)
 	}
 	if r.op == sq.OpRDMAWriteImm {
 		_ = list
@@ -256,11 +263,11 @@ func (qp *QP) serveReadKind(r *request, a *qpAttr) (respKind, uint32) {
 	if r.length == 0 { // nor does a zero-length READ
 		return respACK, 0
 	}
-	src, err := qp.fn.mkeys.Resolve(nil, klm.Request{Key: r.rkey, PD: qp.pd, Addr: r.raddr, Len: r.length, Access: klm.RemoteRead})
+	src, ssig, err := qp.resolveKey(nil, r.rkey, r.raddr, r.length, klm.RemoteRead, true)
 	if err != nil {
 		return respAccess, 0
 	}
-	copySegs(r.dst, src)
+	moveData(r.dst, r.dstSig, src, ssig)
 	return respACK, uint32(r.length)
 }
 
@@ -273,7 +280,7 @@ func (qp *QP) serveAtomic(r *request, a *qpAttr) respKind {
 	if r.raddr%8 != 0 {
 		return respInvalid
 	}
-	segs, err := qp.fn.mkeys.Resolve(nil, klm.Request{Key: r.rkey, PD: qp.pd, Addr: r.raddr, Len: 8, Access: klm.Atomic})
+	segs, _, err := qp.resolveKey(nil, r.rkey, r.raddr, 8, klm.Atomic, false)
 	if err != nil {
 		return respAccess
 	}

@@ -1,0 +1,208 @@
+package hca
+
+import (
+	"github.com/hcasim/hcasim/cq"
+	"github.com/hcasim/hcasim/klm"
+	"github.com/hcasim/hcasim/psv"
+	"github.com/hcasim/hcasim/t10dif"
+)
+
+// sigAccess is one access through a signature key: the memory-domain
+// segments its translation gave, the transform between them and the wire,
+// and where a PI error is reported.
+type sigAccess struct {
+	sig    *psv.Sig
+	first  uint64 // the key's block the access starts at
+	toWire bool   // data leaves memory (a gather) or enters it (a scatter)
+	fn     *Func
+	key    klm.Key
+	qp     *QP // the QP whose send CQ gets the signature error CQE
+}
+
+// sigState is the device's error state of one signature key: only the
+// first error after a registration is reported.
+type sigState struct {
+	reported bool
+}
+
+type sigCacheEntry struct {
+	m                 *klm.Mkey
+	memSeed, wireSeed uint16
+	sig               *psv.Sig
+	err               error
+}
+
+// sigOf decodes (once per published context and PSV seeds) the signature
+// configuration of m.
+func (f *Func) sigOf(idx uint32, m *klm.Mkey) (*psv.Sig, error) {
+	b := psv.BSF(m.BSF).Fields()
+	memSeed, wireSeed := f.psvSeed(b.MemPSV), f.psvSeed(b.WirePSV)
+	if e, ok := f.sigCache.Load(idx); ok {
+		c := e.(*sigCacheEntry)
+		if c.m == m && c.memSeed == memSeed && c.wireSeed == wireSeed {
+			return c.sig, c.err
+		}
+	}
+	s, err := psv.Decode(m.BSF, memSeed, wireSeed)
+	f.sigCache.Store(idx, &sigCacheEntry{m: m, memSeed: memSeed, wireSeed: wireSeed, sig: s, err: err})
+	return s, err
+}
+
+func (f *Func) psvSeed(idx uint32) uint16 {
+	p := f.psv(idx)
+	if p == nil {
+		return 0
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.bg
+}
+
+// sigRegistered resets a signature key's error state: a new registration.
+func (f *Func) sigRegistered(idx uint32) {
+	f.sigMu.Lock()
+	delete(f.sigErrs, idx)
+	f.sigMu.Unlock()
+}
+
+// sigFirst reports whether an error on the key is the first since its
+// registration, and marks it reported.
+func (f *Func) sigFirst(idx uint32) bool {
+	f.sigMu.Lock()
+	defer f.sigMu.Unlock()
+	s := f.sigErrs[idx]
+	if s == nil {
+		s = &sigState{}
+		f.sigErrs[idx] = s
+	}
+	first := !s.reported
+	s.reported = true
+	return first
+}
+
+// resolveKey resolves an access by qp through key. A signature key's
+// addresses are in its wire domain: the range is mapped to the
+// memory-domain range its translation holds, and the access carries the
+// transform. A signature key cannot serve atomics.
+func (qp *QP) resolveKey(segs [][]byte, key klm.Key, addr, n uint64, need klm.Access, toWire bool) ([][]byte, *sigAccess, error) {
+	t := qp.fn.mkeys
+	m := t.Lookup(key.Index())
+	if m == nil || !m.BSFEnabled || m.Free || m.Variant != key.Variant() || len(m.BSF) != psv.BSFSize {
+		segs, err := t.Resolve(segs, klm.Request{Key: key, PD: qp.pd, Addr: addr, Len: n, Access: need})
+		return segs, nil, err
+	}
+	fault := func(kind klm.FaultKind) error {
+		return &klm.Fault{Kind: kind, Key: key, Addr: addr, Len: n, Need: need}
+	}
+	if need&klm.Atomic != 0 || addr < m.StartAddr {
+		return segs, nil, fault(klm.FaultAccess)
+	}
+	sig, err := qp.fn.sigOf(key.Index(), m)
+	if err != nil {
+		return segs, nil, fault(klm.FaultTranslation)
+	}
+	woff := addr - m.StartAddr
+	moff, mlen, err := sig.MemRange(woff, n)
+	if err != nil {
+		return segs, nil, fault(klm.FaultRange)
+	}
+	segs, err = t.Resolve(segs, klm.Request{Key: key, PD: qp.pd, Addr: m.StartAddr + moff, Len: mlen, Access: need})
+	if err != nil {
+		return segs, nil, err
+	}
+	return segs, &sigAccess{sig: sig, first: woff / sig.WireBlock(), toWire: toWire, fn: qp.fn, key: key, qp: qp}, nil
+}
+
+// moveData moves a message from src to dst segments, through the
+// signature transforms of either side (both: through a bounce buffer
+// holding the wire stream).
+func moveData(dst [][]byte, dsig *sigAccess, src [][]byte, ssig *sigAccess) {
+	switch {
+	case ssig == nil && dsig == nil:
+		copySegs(dst, src)
+	case dsig == nil:
+		ssig.run(dst, src)
+	case ssig == nil:
+		dsig.run(dst, src)
+	default:
+		// Memory to wire into a bounce buffer, then wire to memory.
+		n := uint64(0)
+		for _, s := range src {
+			n += uint64(len(s))
+		}
+		wire := make([]byte, n/ssig.sig.MemBlock()*ssig.sig.WireBlock())
+		ssig.run([][]byte{wire}, src)
+		dsig.run(dst, [][]byte{wire})
+	}
+}
+
+// run streams src into dst through the access's transform and reports its
+// first PI error.
+func (sa *sigAccess) run(dst, src [][]byte) {
+	cfg := sa.sig.Config(sa.toWire, sa.first)
+	st, err := t10dif.NewStream(&cfg)
+	if err != nil {
+		return
+	}
+	pump(st, dst, src)
+	st.Close()
+	if e := st.FirstError(); e != nil {
+		sa.report(e)
+	}
+}
+
+// pump feeds src through st into dst, segment by segment.
+func pump(st *t10dif.Stream, dst, src [][]byte) {
+	var d []byte
+	for _, s := range src {
+		for len(s) > 0 {
+			for len(d) == 0 && len(dst) > 0 {
+				d, dst = dst[0], dst[1:]
+			}
+			nd, ns, err := st.Process(d, s)
+			if err != nil || (nd == 0 && ns == 0) {
+				return
+			}
+			d, s = d[nd:], s[ns:]
+		}
+	}
+	// The last tuple may still be pending for want of output space.
+	for len(dst) > 0 || len(d) > 0 {
+		for len(d) == 0 && len(dst) > 0 {
+			d, dst = dst[0], dst[1:]
+		}
+		nd, _, err := st.Process(d, nil)
+		if err != nil || nd == 0 {
+			return
+		}
+		d = d[nd:]
+	}
+}
+
+// report writes the signature error CQE of the key's first error since
+// its registration.
+func (sa *sigAccess) report(e *t10dif.Error) {
+	if !sa.fn.sigFirst(sa.key.Index()) {
+		return
+	}
+	s := cq.SigFields{Mkey: uint32(sa.key), ErrOffset: (sa.first + e.Block) * uint64(sa.sig.Interval+pi8)}
+	if sa.toWire {
+		s.Domain = 1 // the memory domain was the input
+	}
+	switch e.Type {
+	case t10dif.ErrorGuard:
+		s.Syndrome = cq.SigErrGuard
+		s.ExpectedTransSig, s.ActualTransSig = uint32(e.Expected)<<16, uint32(e.Actual)<<16
+	case t10dif.ErrorAppTag:
+		s.Syndrome = cq.SigErrAppTag
+		s.ExpectedTransSig, s.ActualTransSig = uint32(e.Expected), uint32(e.Actual)
+	case t10dif.ErrorRefTag:
+		s.Syndrome = cq.SigErrRefTag
+		s.ExpectedRefTag, s.ActualRefTag = uint32(e.Expected), uint32(e.Actual)
+	}
+	if !sa.qp.scq.push(&cq.Fields{Opcode: cq.OpSigErr, QPN: sa.qp.qpn, Sig: s}, true) {
+		sa.qp.fatal()
+	}
+}
+
+const pi8 = 8

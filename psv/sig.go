@@ -1,0 +1,144 @@
+package psv
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/hcasim/hcasim/t10dif"
+)
+
+// Errors of a signature configuration.
+var (
+	ErrBadBSF    = errors.New("psv: BSF cannot be used")
+	ErrUnaligned = errors.New("psv: access through a signature key not on a wire block boundary")
+)
+
+// Sig is a signature mkey's configuration, decoded from its BSF and PSVs:
+// the memory and wire domains as t10dif sees them, the check mask (applied
+// to whichever domain is the input) and the copy mask (with the same block
+// structure in both domains).
+type Sig struct {
+	Mem, Wire t10dif.Domain
+	Check     t10dif.CheckMask
+	Copy      t10dif.CheckMask
+	// Interval is the data bytes per block, the same in both domains
+	// (re-blocking between intervals is not modelled).
+	Interval int
+}
+
+// pi8 is the tuple size mlx5 signature domains carry.
+const pi8 = 8
+
+func domain(sel uint8, in InlineFields, seed uint16) (t10dif.Domain, error) {
+	if sel == 0 {
+		return t10dif.Domain{}, nil
+	}
+	iv, ok := BlockSize(sel)
+	if !ok {
+		return t10dif.Domain{}, fmt.Errorf("block size selector %d: %w", sel, ErrBadBSF)
+	}
+	d := t10dif.Domain{Format: t10dif.FormatPI8, Type: t10dif.Type1, Interval: iv, RefTag: uint64(in.RefTag),
+		AppTag: in.AppTag, AppTagMask: in.AppTagMask, Seed: uint64(seed), Ref: t10dif.RefConstant}
+	switch in.SigType {
+	case SigTypeCRC:
+		d.Guard = t10dif.GuardCRC16
+	case SigTypeIPCS:
+		d.Guard = t10dif.GuardIPChecksum
+	default:
+		return t10dif.Domain{}, fmt.Errorf("guard type %d: %w", in.SigType, ErrBadBSF)
+	}
+	if in.IncRefTag {
+		d.Ref = t10dif.RefIncrement
+	}
+	switch in.Escape {
+	case EscapeNone:
+		d.Escape = t10dif.EscapeNone
+	case EscapeApp:
+		d.Escape = t10dif.EscapeApp
+	case EscapeAppRef:
+		d.Escape = t10dif.EscapeAppRef
+	default:
+		return t10dif.Domain{}, fmt.Errorf("escape code %d: %w", in.Escape, ErrBadBSF)
+	}
+	return d, nil
+}
+
+// Decode builds the configuration of a BSF with the guard seeds of the
+// memory and wire PSVs.
+func Decode(bsf []byte, memSeed, wireSeed uint16) (*Sig, error) {
+	b := BSF(bsf)
+	if err := b.Validate(); err != nil {
+		return nil, err
+	}
+	f := b.Fields()
+	wireSel := f.WireByte
+	s := &Sig{Check: t10dif.CheckMask(f.CheckMask)}
+	if f.SBS {
+		wireSel = f.MemSelector
+		s.Copy = t10dif.CheckMask(f.WireByte)
+	}
+	var err error
+	if s.Mem, err = domain(f.MemSelector, f.Mem, memSeed); err != nil {
+		return nil, fmt.Errorf("memory domain: %w", err)
+	}
+	if s.Wire, err = domain(wireSel, f.Wire, wireSeed); err != nil {
+		return nil, fmt.Errorf("wire domain: %w", err)
+	}
+	switch {
+	case s.Mem.HasPI() && s.Wire.HasPI() && s.Mem.Interval != s.Wire.Interval:
+		return nil, fmt.Errorf("memory interval %d, wire %d (re-blocking is not modelled): %w", s.Mem.Interval, s.Wire.Interval, ErrBadBSF)
+	case s.Mem.HasPI():
+		s.Interval = s.Mem.Interval
+	case s.Wire.HasPI():
+		s.Interval = s.Wire.Interval
+	default:
+		return nil, fmt.Errorf("neither domain has PI: %w", ErrBadBSF)
+	}
+	if s.Copy != 0 && !(s.Mem.HasPI() && s.Wire.HasPI()) {
+		s.Copy = 0
+	}
+	return s, nil
+}
+
+func blockSize(d *t10dif.Domain, iv int) uint64 {
+	if d.HasPI() {
+		return uint64(iv + pi8)
+	}
+	return uint64(iv)
+}
+
+// MemBlock and WireBlock return the bytes one block takes in each domain.
+func (s *Sig) MemBlock() uint64  { return blockSize(&s.Mem, s.Interval) }
+func (s *Sig) WireBlock() uint64 { return blockSize(&s.Wire, s.Interval) }
+
+// MemRange maps a wire-domain range of the signature key (the addresses
+// RDMA operations use) to the memory-domain range its translation holds.
+// The range must start on a wire block boundary and cover whole blocks.
+func (s *Sig) MemRange(woff, wlen uint64) (uint64, uint64, error) {
+	wb := s.WireBlock()
+	if woff%wb != 0 || wlen%wb != 0 {
+		return 0, 0, fmt.Errorf("wire range %#x+%#x in blocks of %d: %w", woff, wlen, wb, ErrUnaligned)
+	}
+	mb := s.MemBlock()
+	return woff / wb * mb, wlen / wb * mb, nil
+}
+
+// Config returns the transform for data leaving memory (toWire: a gather
+// through the key) or entering it (a scatter), starting at block first of
+// the key (ref tags count from the key's first block).
+func (s *Sig) Config(toWire bool, first uint64) t10dif.Config {
+	in, out := s.Wire, s.Mem
+	if toWire {
+		in, out = s.Mem, s.Wire
+	}
+	for _, d := range []*t10dif.Domain{&in, &out} {
+		if d.HasPI() && d.Ref == t10dif.RefIncrement {
+			d.RefTag = (d.RefTag + first) & d.Format.RefTagMax()
+		}
+	}
+	return t10dif.Config{In: in, Out: out, Check: s.Check, Copy: s.Copy}
+}
+
+// InputIsMemory reports which domain a direction checks: the memory domain
+// for data leaving memory.
+func (s *Sig) InputIsMemory(toWire bool) bool { return toWire }
