@@ -44,6 +44,7 @@ type Context struct {
 	regs    []*MR // registered MRs over buffers the driver mapped (inline reads)
 	qps     map[uint32]*QP
 	cqs     map[uint32]*CQ
+	sigMRs  map[uint32]*MR // signature keys by index, for SIG_ERR CQEs
 	async   chan hca.Event
 	stopEv  chan struct{}
 	evDone  chan struct{}
@@ -68,7 +69,7 @@ func Open(dev *hca.Device) (*Context, error) {
 
 // New returns a context over a function (in process, or a socket client).
 func New(fn hca.Function) (*Context, error) {
-	c := &Context{fn: fn, qps: map[uint32]*QP{}, cqs: map[uint32]*CQ{},
+	c := &Context{fn: fn, qps: map[uint32]*QP{}, cqs: map[uint32]*CQ{}, sigMRs: map[uint32]*MR{},
 		async: make(chan hca.Event, 256), stopEv: make(chan struct{}), evDone: make(chan struct{})}
 	out := hca.Out(fn.Command(hca.NewIn(hca.CmdQueryHCACap, hca.InHeaderSize)))
 	if err := out.Err(hca.CmdQueryHCACap); err != nil {

@@ -244,6 +244,10 @@ func (q *CQ) Poll(wcs []WC) (int, error) {
 
 // complete turns a CQE into a work completion through its QP's bookkeeping.
 func (c *Context) complete(f *cq.Fields) (WC, bool) {
+	if f.Opcode == cq.OpSigErr {
+		c.sigError(f)
+		return WC{}, false
+	}
 	c.mu.Lock()
 	qp := c.qps[f.QPN]
 	c.mu.Unlock()

@@ -68,6 +68,7 @@ type MR struct {
 	ndescs  int
 	mapped  bool // this driver mapped Buf (in process) and unmaps it
 	mapIOVA uint64
+	integ   *integ // integrity and signature MRs
 }
 
 // SGE is a scatter/gather entry: Length bytes at Addr through LKey.
@@ -177,6 +178,12 @@ func (pd *PD) createMkey(f umr.MkeyFields, xlt []byte) (klm.Key, error) {
 // AllocMR allocates an MR for fast registration of up to maxSG pages: its
 // key is free until a REG_MR work request registers it.
 func (pd *PD) AllocMR(typ MRType, maxSG int) (*MR, error) {
+	if typ == MRTypeSignature {
+		if !pd.ctx.caps.SignatureHandover {
+			return nil, fmt.Errorf("alloc signature mr: %w", ErrInvalid)
+		}
+		return pd.allocSig(MRTypeSignature)
+	}
 	if typ != MRTypeMemReg || maxSG <= 0 || uint32(maxSG) > pd.ctx.caps.Mkey.MaxFastRegPageListLen() {
 		return nil, fmt.Errorf("alloc mr type %d with %d entries: %w", typ, maxSG, ErrInvalid)
 	}
@@ -244,9 +251,20 @@ func (mr *MR) IncKey() {
 	mr.LKey, mr.RKey = uint32(nk), uint32(nk)
 }
 
-// Dereg destroys the MR's key.
+// Dereg destroys the MR's key (and an integrity MR's PSVs and internal MRs).
 func (mr *MR) Dereg() error {
 	c := mr.pd.ctx
+	if g := mr.integ; g != nil {
+		for _, in := range []*MR{g.klmMR, g.mttMR} {
+			if in != nil {
+				in.Dereg()
+			}
+		}
+		mr.destroyPSVs()
+		c.mu.Lock()
+		delete(c.sigMRs, klm.Key(mr.LKey).Index())
+		c.mu.Unlock()
+	}
 	_, err := c.cmd(hca.NewIn(hca.CmdDestroyMkey, hca.MkeyIdxOff+4).Put32(hca.MkeyIdxOff, klm.Key(mr.LKey).Index()))
 	mr.unmap()
 	if mr.descs != nil {

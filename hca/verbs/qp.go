@@ -129,10 +129,13 @@ type SendWR struct {
 	// CompareAdd and Swap are the atomic operands.
 	CompareAdd, Swap uint64
 	// MR, Key and Access are WRRegMR's: register MR (its mapped page
-	// list) under Key with Access.
+	// list) under Key with Access; WRRegMRIntegrity and WRRegSigMR take MR
+	// and Access.
 	MR     *MR
 	Key    uint32
 	Access Access
+	// Prot is WRRegSigMR's protection SGE (nil: none).
+	Prot *SGE
 }
 
 // RecvWR is a receive work request.
@@ -209,6 +212,9 @@ func (pd *PD) CreateQP(a *QPInitAttr) (*QP, error) {
 		cp.MaxSendSGE = 1
 	}
 	bb := maxWQEBBs(&cp)
+	if a.Integrity {
+		bb = max(bb, 9) // REG_MR_INTEGRITY: 3 + 4 + 1 + 1 WQEBBs
+	}
 	if bb > sq.MaxWQEBBs {
 		return nil, fmt.Errorf("create qp: WQEs of %d WQEBBs: %w", bb, ErrInvalid)
 	}
@@ -499,7 +505,10 @@ var wqeOpcodes = [numWROpcodes]sq.Opcode{
 // post builds one WR's WQE in scratch and copies it into the ring. Called
 // with smu held.
 func (qp *QP) post(wr *SendWR) error {
-	if wr.Opcode >= numWROpcodes {
+	switch {
+	case wr.Opcode == WRRegMRIntegrity || wr.Opcode == WRRegSigMR:
+		return qp.postIntegrity(wr)
+	case wr.Opcode >= numWROpcodes:
 		return ErrBadOpcode
 	}
 	w := qp.scratch[:]
@@ -680,7 +689,7 @@ func (qp *QP) sendDone(f *cq.Fields) WC {
 	slot := f.WQECounter & (size - 1)
 	wc := WC{WRID: qp.wrid[slot], QPN: qp.qpn, ByteLen: f.ByteCount}
 	switch qp.wrop[slot] {
-	case WRRegMR:
+	case WRRegMR, WRRegMRIntegrity, WRRegSigMR:
 		wc.Opcode = WCRegMR
 	case WRLocalInv:
 		wc.Opcode = WCLocalInv

@@ -1,0 +1,600 @@
+package verbs
+
+import (
+	"fmt"
+
+	"github.com/hcasim/hcasim/cq"
+	"github.com/hcasim/hcasim/hca"
+	"github.com/hcasim/hcasim/klm"
+	"github.com/hcasim/hcasim/psv"
+	"github.com/hcasim/hcasim/sq"
+	"github.com/hcasim/hcasim/umr"
+)
+
+// More MR types.
+const (
+	// MRTypeIntegrity is IB_MR_TYPE_INTEGRITY (AllocMRIntegrity).
+	MRTypeIntegrity MRType = iota + 2
+	// MRTypeSignature is the old API's IB_MR_TYPE_SIGNATURE (REG_SIG_MR).
+	MRTypeSignature
+)
+
+// More send opcodes.
+const (
+	// WRRegMRIntegrity registers an integrity MR (IB_WR_REG_MR_INTEGRITY):
+	// MR, Access; the signature attributes are the MR's (SetSigAttrs).
+	WRRegMRIntegrity WROpcode = numWROpcodes + iota
+	// WRRegSigMR is the old API's IB_WR_REG_SIG_MR: MR (a signature MR),
+	// SG the one data SGE, Prot the protection SGE or nil, Access.
+	WRRegSigMR
+)
+
+// SigType is a signature domain's type (IB_SIG_TYPE_*).
+type SigType uint8
+
+// Signature domain types.
+const (
+	SigTypeNone SigType = iota
+	SigTypeT10DIF
+)
+
+// BgType is a T10-DIF guard type (IB_T10DIF_*).
+type BgType uint8
+
+// Guard types.
+const (
+	BgCRC  BgType = iota // CRC-16/T10-DIF
+	BgCSUM               // IP checksum
+)
+
+// SigDomain is one domain of the signature attributes (ib_sig_domain with
+// its ib_t10_dif_domain).
+type SigDomain struct {
+	Type            SigType
+	BgType          BgType
+	PIInterval      uint32
+	Bg              uint16 // guard seed
+	AppTag          uint16
+	RefTag          uint32
+	RefRemap        bool // the ref tag increments per block
+	AppEscape       bool
+	RefEscape       bool // only with AppEscape: app 0xFFFF and ref all ones
+	ApptagCheckMask uint16
+}
+
+// SigAttrs are an integrity MR's signature attributes (ib_sig_attrs).
+type SigAttrs struct {
+	// CheckMask selects the input tuple bytes checked (IB_SIG_CHECK_*:
+	// 0xC0 guard, 0x30 app tag, 0x0F ref tag).
+	CheckMask uint8
+	Mem, Wire SigDomain
+	// MetaLength is set by MapSGPI: the metadata bytes mapped.
+	MetaLength uint32
+}
+
+// SigErrType is the kind of a signature error (ib_sig_err_type).
+type SigErrType uint8
+
+// Signature error kinds.
+const (
+	SigBadGuard  SigErrType = iota // IB_SIG_BAD_GUARD
+	SigBadRefTag                   // IB_SIG_BAD_REFTAG
+	SigBadAppTag                   // IB_SIG_BAD_APPTAG
+)
+
+func (t SigErrType) String() string {
+	return [...]string{"IB_SIG_BAD_GUARD", "IB_SIG_BAD_REFTAG", "IB_SIG_BAD_APPTAG"}[min(int(t), 2)]
+}
+
+// SigErr is a signature error as CheckMRStatus reports it (ib_sig_err).
+type SigErr struct {
+	Type     SigErrType
+	Expected uint32
+	Actual   uint32
+	// Offset is the byte offset of the failing block (ULPs divide it by
+	// the interval + 8).
+	Offset uint64
+	Key    uint32
+}
+
+// piMode is how MapSGPI mapped data and metadata.
+type piMode uint8
+
+const (
+	piPA piMode = iota
+	piMTT
+	piKLM
+)
+
+// integ is the signature context of an integrity or signature MR.
+type integ struct {
+	psvMem, psvWire uint32
+	klmMR, mttMR    *MR // internal PI MRs (integrity MRs only)
+	maxDesc         int
+	attrs           SigAttrs
+	checked         bool // sig_status_checked
+	err             *SigErr
+	errCount        uint32 // sigerr_count
+	mode            piMode
+	dataIOVA        uint64
+	dataLen         uint64
+	piIOVA          uint64
+	metaLen         uint64
+	regionLen       uint64
+	descBytes       int // translation bytes of the PI MR's descriptor list
+}
+
+// AllocMRIntegrity allocates an integrity MR for up to maxData data and
+// maxMeta metadata entries, as mlx5 does: two PSVs, an internal KLM and an
+// internal MTT PI MR, and the signature key (free until REG_MR_INTEGRITY).
+func (pd *PD) AllocMRIntegrity(maxData, maxMeta int) (*MR, error) {
+	c := pd.ctx
+	if !c.caps.SignatureHandover || maxData <= 0 || maxMeta <= 0 ||
+		uint32(max(maxData, maxMeta)) > c.caps.Mkey.MaxFastRegPageListLen()/2 {
+		return nil, fmt.Errorf("alloc integrity mr %d+%d: %w", maxData, maxMeta, ErrInvalid)
+	}
+	mr, err := pd.allocSig(MRTypeIntegrity)
+	if err != nil {
+		return nil, err
+	}
+	n := (maxData + maxMeta + 3) &^ 3
+	mr.integ.maxDesc = n
+	if mr.integ.klmMR, err = pd.allocInternal(klm.ModeKLM, n); err != nil {
+		mr.Dereg()
+		return nil, err
+	}
+	if mr.integ.mttMR, err = pd.allocInternal(klm.ModeMTT, n); err != nil {
+		mr.Dereg()
+		return nil, err
+	}
+	return mr, nil
+}
+
+// allocInternal creates an internal PI MR: free, UMR-enabled, n descriptors.
+func (pd *PD) allocInternal(mode klm.AccessMode, n int) (*MR, error) {
+	c := pd.ctx
+	size := klm.MTTSize
+	if mode == klm.ModeKLM {
+		size = klm.KLMSize
+	}
+	descs, descIO, err := c.dma(n*size, 64)
+	if err != nil {
+		return nil, fmt.Errorf("alloc pi mr: %w", err)
+	}
+	key, err := pd.createMkey(umr.MkeyFields{Free: true, UMREnabled: true, Mode: mode, QPN: 0xFFFFFF,
+		Variant: c.nextVariant(), PD: pd.pdn, XLTOctowords: uint32((n*size + 15) / 16), LogPageSize: pageShift}, nil)
+	if err != nil {
+		c.fn.FreeDMA(descIO)
+		return nil, fmt.Errorf("alloc pi mr: %w", err)
+	}
+	return &MR{pd: pd, LKey: uint32(key), RKey: uint32(key), descs: descs, descIO: descIO, maxSG: n}, nil
+}
+
+// allocSig creates the PSVs and the signature key.
+func (pd *PD) allocSig(typ MRType) (*MR, error) {
+	c := pd.ctx
+	out, err := c.cmd(hca.NewIn(hca.CmdCreatePSV, hca.PSVInPDNum+4).Put32(hca.PSVInPDNum, 2<<28|pd.pdn))
+	if err != nil {
+		return nil, fmt.Errorf("alloc sig mr: create psv: %w", err)
+	}
+	mr := &MR{pd: pd, typ: typ, integ: &integ{psvMem: out.U32(hca.PSVOutIdx), psvWire: out.U32(hca.PSVOutIdx + 4), checked: true, errCount: 1}}
+	key, err := pd.createMkey(umr.MkeyFields{Free: true, UMREnabled: true, Mode: klm.ModeKLM, QPN: 0xFFFFFF,
+		Variant: c.nextVariant(), PD: pd.pdn, XLTOctowords: 4, BSFEnabled: true, BSFOctowords: 4}, nil)
+	if err != nil {
+		mr.destroyPSVs()
+		return nil, fmt.Errorf("alloc sig mr: %w", err)
+	}
+	mr.LKey, mr.RKey = uint32(key), uint32(key)
+	c.mu.Lock()
+	c.sigMRs[key.Index()] = mr
+	c.mu.Unlock()
+	return mr, nil
+}
+
+func (mr *MR) destroyPSVs() {
+	c := mr.pd.ctx
+	for _, p := range []uint32{mr.integ.psvMem, mr.integ.psvWire} {
+		c.cmd(hca.NewIn(hca.CmdDestroyPSV, hca.PSVIdxOff+4).Put32(hca.PSVIdxOff, p))
+	}
+}
+
+// SetSigAttrs sets the signature attributes a REG_MR_INTEGRITY or
+// REG_SIG_MR uses (the kernel's mr->sig_attrs).
+func (mr *MR) SetSigAttrs(a SigAttrs) {
+	mr.mu.Lock()
+	defer mr.mu.Unlock()
+	if mr.integ != nil {
+		meta := mr.integ.attrs.MetaLength
+		mr.integ.attrs = a
+		mr.integ.attrs.MetaLength = meta
+	}
+}
+
+// SigAttrs returns the MR's signature attributes (with MetaLength).
+func (mr *MR) SigAttrs() SigAttrs {
+	mr.mu.Lock()
+	defer mr.mu.Unlock()
+	if mr.integ == nil {
+		return SigAttrs{}
+	}
+	return mr.integ.attrs
+}
+
+// MapSGPI maps an integrity MR's data and metadata scatter lists as mlx5's
+// map_mr_sg_pi: PA (one data entry, at most one metadata entry) if
+// possible, else MTT (page-aligned boundaries), else KLM; ErrInvalid if
+// none can map everything. The MR becomes zero-based with Len the
+// memory-domain length (data + metadata).
+func (mr *MR) MapSGPI(data, meta []SGE) error {
+	if mr.typ != MRTypeIntegrity || len(data) == 0 {
+		return fmt.Errorf("map sg pi: %w", ErrInvalid)
+	}
+	mr.mu.Lock()
+	defer mr.mu.Unlock()
+	g := mr.integ
+	var dlen, mlen uint64
+	for _, s := range data {
+		dlen += uint64(s.Length)
+	}
+	for _, s := range meta {
+		mlen += uint64(s.Length)
+	}
+	g.dataLen, g.metaLen = dlen, mlen
+	g.attrs.MetaLength = uint32(mlen)
+	mr.Addr, mr.Len = 0, dlen+mlen
+	switch {
+	case len(data) == 1 && len(meta) <= 1:
+		g.mode = piPA
+		g.dataIOVA, g.regionLen = data[0].Addr, dlen+mlen
+		if len(meta) == 1 {
+			g.piIOVA = meta[0].Addr
+		}
+		return nil
+	case mr.mapMTT(data, meta):
+		return nil
+	case len(data)+len(meta) <= g.maxDesc:
+		g.mode = piKLM
+		k := g.klmMR
+		i := 0
+		for _, s := range append(append([]SGE(nil), data...), meta...) {
+			klm.KLM(k.descs[i*klm.KLMSize:]).Encode(&klm.KLMFields{ByteCount: s.Length, Key: klm.ReservedLKey, VA: s.Addr})
+			i++
+		}
+		g.descBytes = i * klm.KLMSize
+		g.dataIOVA, g.piIOVA, g.regionLen = 0, dlen, dlen+mlen
+		return nil
+	}
+	return fmt.Errorf("map sg pi: %d data and %d metadata entries: %w", len(data), len(meta), ErrInvalid)
+}
+
+// mapMTT tries the MTT mode: every entry page aligned except the first
+// data entry's start and each list's last end.
+func (mr *MR) mapMTT(data, meta []SGE) bool {
+	g := mr.integ
+	const ps = 1 << pageShift
+	var pages []uint64
+	add := func(list []SGE) (int, bool) {
+		n := 0
+		for i, e := range list {
+			if (i > 0 && e.Addr%ps != 0) || (i < len(list)-1 && (e.Addr+uint64(e.Length))%ps != 0) {
+				return 0, false
+			}
+			for a := e.Addr &^ (ps - 1); a < e.Addr+uint64(e.Length); a += ps {
+				pages = append(pages, a)
+				n++
+			}
+		}
+		return n, true
+	}
+	nd, ok := add(data)
+	if !ok {
+		return false
+	}
+	if len(meta) > 0 {
+		if _, ok := add(meta); !ok {
+			return false
+		}
+	}
+	if len(pages) > g.maxDesc {
+		return false
+	}
+	m := g.mttMR
+	for i, p := range pages {
+		klm.MTT(m.descs[i*klm.MTTSize:]).Encode(&klm.MTTFields{Addr: p, Read: true, Write: true})
+	}
+	g.mode = piMTT
+	g.descBytes = len(pages) * klm.MTTSize
+	g.dataIOVA = data[0].Addr
+	if len(meta) > 0 {
+		g.piIOVA = g.dataIOVA&^(ps-1) + uint64(nd)*ps + meta[0].Addr&(ps-1)
+		g.regionLen = g.piIOVA + g.metaLen - g.dataIOVA
+	} else {
+		g.regionLen = g.dataLen
+	}
+	return true
+}
+
+// CheckMRStatus reports the MR's recorded signature error once and clears
+// it (ib_check_mr_status with IB_MR_CHECK_SIG_STATUS); nil means none. A
+// recorded error under another key variant is reported as a guard error at
+// offset 0 with that key, as the kernel does.
+func (mr *MR) CheckMRStatus() (*SigErr, error) {
+	if mr.integ == nil {
+		return nil, fmt.Errorf("check mr status on an MR without signature: %w", ErrInvalid)
+	}
+	c := mr.pd.ctx
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	g := mr.integ
+	g.checked = true
+	e := g.err
+	g.err = nil
+	if e == nil {
+		return nil, nil
+	}
+	if e.Key != mr.LKey {
+		return &SigErr{Type: SigBadGuard, Key: e.Key}, nil
+	}
+	return e, nil
+}
+
+// sigError records a signature error CQE on its MR (mlx5_poll_one with
+// MLX5_CQE_SIG_ERR): no work completion is produced.
+func (c *Context) sigError(f *cq.Fields) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	mr := c.sigMRs[klm.Key(f.Sig.Mkey).Index()]
+	if mr == nil {
+		return // never for a key the driver did not create
+	}
+	s := &f.Sig
+	e := &SigErr{Offset: s.ErrOffset, Key: s.Mkey}
+	switch {
+	case s.Syndrome&cq.SigErrGuard != 0:
+		e.Type, e.Expected, e.Actual = SigBadGuard, s.ExpectedTransSig>>16, s.ActualTransSig>>16
+	case s.Syndrome&cq.SigErrRefTag != 0:
+		e.Type, e.Expected, e.Actual = SigBadRefTag, s.ExpectedRefTag, s.ActualRefTag
+	case s.Syndrome&cq.SigErrAppTag != 0:
+		e.Type, e.Expected, e.Actual = SigBadAppTag, s.ExpectedTransSig&0xFFFF, s.ActualTransSig&0xFFFF
+	}
+	mr.integ.err = e
+	mr.integ.errCount++
+}
+
+// bsSelector is mlx5's bs_selector: 0 for intervals without one.
+func bsSelector(iv uint32) uint8 { return psv.Selector(int(iv)) }
+
+// bsf builds the BSF as mlx5_set_bsf does.
+func (g *integ) bsf(b []byte) {
+	a := &g.attrs
+	mem, wire := &a.Mem, &a.Wire
+	f := psv.BSFFields{Size: psv.BSFWithInline, CheckMask: a.CheckMask, RawDataSize: uint32(g.dataLen)}
+	inline := func(d *SigDomain) psv.InlineFields {
+		in := psv.InlineFields{Valid: true, Refresh: true, AppTag: d.AppTag, RefTag: d.RefTag, SigType: psv.SigTypeCRC,
+			RepeatBlock: true, IncRefTag: d.RefRemap, AppTagMask: d.ApptagCheckMask}
+		if d.BgType == BgCSUM {
+			in.SigType = psv.SigTypeIPCS
+		}
+		switch {
+		case d.AppEscape && d.RefEscape:
+			in.Escape = psv.EscapeAppRef
+		case d.AppEscape:
+			in.Escape = psv.EscapeApp
+		}
+		return in
+	}
+	if mem.Type == SigTypeT10DIF {
+		f.MemSelector = bsSelector(mem.PIInterval)
+		f.MemPSV = g.psvMem
+		f.Mem = inline(mem)
+	}
+	if wire.Type == SigTypeT10DIF {
+		f.WirePSV = g.psvWire
+		f.Wire = inline(wire)
+		if mem.Type == SigTypeT10DIF && mem.PIInterval == wire.PIInterval {
+			f.SBS = true
+			if mem.BgType == wire.BgType {
+				f.WireByte |= 0xC0
+			}
+			if mem.AppTag == wire.AppTag {
+				f.WireByte |= 0x30
+			}
+			if mem.RefTag == wire.RefTag {
+				f.WireByte |= 0x0F
+			}
+		} else {
+			f.WireByte = bsSelector(wire.PIInterval)
+		}
+	}
+	psv.BSF(b).Encode(&f)
+}
+
+// sigXLT writes the signature key's 64-byte translation (§2.4): one KLM
+// when memory holds no separate metadata, else the strided repeat block
+// that interleaves data and PI.
+func (g *integ) sigXLT(b []byte, dataKey, protKey klm.Key, interleaved bool) error {
+	clear(b[:64])
+	if g.metaLen == 0 || interleaved {
+		klm.KLM(b).Encode(&klm.KLMFields{ByteCount: uint32(g.dataLen), Key: dataKey, VA: g.dataIOVA})
+		return nil
+	}
+	iv := g.attrs.Mem.PIInterval
+	if g.attrs.Mem.Type != SigTypeT10DIF || iv == 0 {
+		return fmt.Errorf("bad block size: metadata in memory without a T10-DIF memory domain: %w", ErrInvalid)
+	}
+	klm.RepeatCtrl(b).Encode(&klm.RepeatCtrlFields{BytesPerCycle: iv + 8, Op: klm.RepeatBlockOp, RepeatCount: uint32(g.dataLen) / iv, NumEntries: 2})
+	klm.RepeatEntry(b[16:]).Encode(&klm.RepeatEntryFields{Stride: uint16(iv), ByteCount: uint16(iv), Key: dataKey, VA: g.dataIOVA})
+	klm.RepeatEntry(b[32:]).Encode(&klm.RepeatEntryFields{Stride: 8, ByteCount: 8, Key: protKey, VA: g.piIOVA})
+	return nil
+}
+
+// umrFence returns the fence of UMRs that mlx5 takes from the umr_fence cap.
+func (qp *QP) umrFence() sq.Fence {
+	switch qp.ctx.caps.UMRFence {
+	case 0:
+		return sq.FenceStrongOrdering
+	case 1:
+		return sq.FenceInitiatorSmall
+	}
+	return sq.FenceNone
+}
+
+// postIntegrity posts REG_MR_INTEGRITY's WQEs (§2.2) or REG_SIG_MR's.
+// Called with smu held.
+func (qp *QP) postIntegrity(wr *SendWR) error {
+	mr := wr.MR
+	if !qp.integ || mr == nil || mr.integ == nil || wr.Access&AccessRemoteAtomic != 0 {
+		return fmt.Errorf("signature WR on a QP without integrity, an MR without signature or with remote atomic: %w", ErrInvalid)
+	}
+	c := qp.ctx
+	c.mu.Lock()
+	checked := mr.integ.checked
+	c.mu.Unlock()
+	mr.mu.Lock()
+	defer mr.mu.Unlock()
+	g := mr.integ
+	var dataKey, protKey klm.Key
+	interleaved := false
+	fence := qp.umrFence()
+	if wr.Opcode == WRRegMRIntegrity {
+		if mr.typ != MRTypeIntegrity || len(wr.SG) != 0 {
+			return fmt.Errorf("REG_MR_INTEGRITY with %d SGEs or a non-integrity MR: %w", len(wr.SG), ErrInvalid)
+		}
+		if !checked {
+			return fmt.Errorf("REG_MR_INTEGRITY before the status of the last registration was checked: %w", ErrInvalid)
+		}
+		dataKey = klm.ReservedLKey
+		if g.mode != piPA {
+			pi := g.klmMR
+			mode := klm.ModeKLM
+			start := uint64(0)
+			if g.mode == piMTT {
+				pi, mode, start = g.mttMR, klm.ModeMTT, g.dataIOVA
+			}
+			if err := qp.postPIMRUMR(wr, pi, mode, start, g); err != nil {
+				return err
+			}
+			dataKey = klm.Key(pi.LKey)
+		}
+		protKey = dataKey
+	} else {
+		if mr.typ != MRTypeSignature || len(wr.SG) != 1 {
+			return fmt.Errorf("REG_SIG_MR needs a signature MR and exactly one data SGE: %w", ErrInvalid)
+		}
+		d := wr.SG[0]
+		dataKey, g.dataIOVA, g.dataLen = klm.Key(d.LKey), d.Addr, uint64(d.Length)
+		g.metaLen, g.piIOVA, protKey = 0, 0, dataKey
+		if p := wr.Prot; p != nil {
+			if p.LKey == d.LKey && p.Addr == d.Addr && p.Length == d.Length {
+				interleaved = true
+			} else {
+				g.metaLen, g.piIOVA, protKey = uint64(p.Length), p.Addr, klm.Key(p.LKey)
+			}
+		}
+		g.regionLen = g.dataLen + g.metaLen
+		fence = qp.fence(wr)
+	}
+	// The signature UMR: 16 DS, inline translation and BSF, not-free check.
+	var w [sq.MaxWQEBBs * sq.WQEBBSize]byte
+	seg := w[sq.CtrlSegSize:]
+	umr.CtrlSeg(seg).Encode(&umr.CtrlFields{Flags: umr.FlagInline | umr.FlagCheckNotFree, XLTOctowords: 4, BSFOctowords: 4, Mask: umr.MaskSignature})
+	umr.MkeySeg(seg[umr.CtrlSegSize:]).Encode(&umr.MkeyFields{
+		Access: wr.Access.mkey(), UMREnabled: true, Mode: klm.ModeKLM, QPN: 0xFFFFFF, Variant: klm.Key(mr.RKey).Variant(),
+		RemoteInvalidate: true, ExpectedSigErr: uint8(g.errCount & 1), BSFEnabled: true, PD: mr.pd.pdn,
+		Len: g.regionLen, XLTOctowords: 4, BSFOctowords: 4,
+	})
+	x := seg[umr.CtrlSegSize+umr.MkeySegSize:]
+	if err := g.sigXLT(x, dataKey, protKey, interleaved); err != nil {
+		return err
+	}
+	g.bsf(x[64:128])
+	if err := qp.postWQE(wr, w[:], sq.OpUMR, 16, fence, mr.RKey, false); err != nil {
+		return err
+	}
+	// SET_PSV memory, then wire: small fence, solicited, unsignaled.
+	psvFence := sq.FenceInitiatorSmall
+	if wr.Opcode == WRRegSigMR {
+		psvFence = fence
+	}
+	for _, p := range []struct {
+		idx uint32
+		d   *SigDomain
+	}{{g.psvMem, &g.attrs.Mem}, {g.psvWire, &g.attrs.Wire}} {
+		clear(w[:64])
+		f := sq.PSVFields{Index: p.idx}
+		if p.d.Type == SigTypeT10DIF {
+			f.Guard, f.AppTag, f.RefTag = p.d.Bg, p.d.AppTag, p.d.RefTag
+		}
+		sq.PSVSeg(w[sq.CtrlSegSize:]).Encode(&f)
+		sigWR := *wr
+		sigWR.Flags &^= SendSignaled
+		sigWR.Flags |= SendSolicited
+		if err := qp.postWQE(&sigWR, w[:], sq.OpSetPSV, 2, psvFence, 0, true); err != nil {
+			return err
+		}
+	}
+	qp.fmCache = sq.FenceInitiatorSmall
+	if wr.Opcode == WRRegMRIntegrity {
+		c.mu.Lock()
+		g.checked = false
+		c.mu.Unlock()
+	}
+	return nil
+}
+
+// postPIMRUMR posts the UMR that registers the internal PI MR (no free
+// check; its key is not bumped).
+func (qp *QP) postPIMRUMR(wr *SendWR, pi *MR, mode klm.AccessMode, start uint64, g *integ) error {
+	var w [sq.MaxWQEBBs * sq.WQEBBSize]byte
+	seg := w[sq.CtrlSegSize:]
+	xltOcto := (g.descBytes + 63) &^ 63 / klm.OctowordSize
+	inline := g.descBytes <= 64
+	c := umr.CtrlFields{XLTOctowords: uint16(xltOcto), Mask: umr.MaskFastReg}
+	if inline {
+		c.Flags = umr.FlagInline
+	}
+	umr.CtrlSeg(seg).Encode(&c)
+	logPage := uint8(0)
+	descs := (g.descBytes/klm.MTTSize + 7) &^ 7 / 2 // MTT: ALIGN(n, 8) / 2
+	if mode == klm.ModeMTT {
+		logPage = pageShift
+	} else {
+		descs = (g.descBytes/klm.KLMSize + 7) &^ 7 // KLM: ALIGN(n, 8)
+	}
+	umr.MkeySeg(seg[umr.CtrlSegSize:]).Encode(&umr.MkeyFields{
+		Access: wr.Access.mkey() | klm.LocalWrite, UMREnabled: true, Mode: mode, QPN: 0xFFFFFF, Variant: klm.Key(pi.LKey).Variant(),
+		RemoteInvalidate: true, StartAddr: start, Len: g.regionLen, XLTOctowords: uint32(descs), LogPageSize: logPage,
+	})
+	n := umr.CtrlSegSize + umr.MkeySegSize
+	if inline {
+		copy(seg[n:], pi.descs[:g.descBytes])
+		n += 64
+	} else {
+		sq.DataSeg(seg[n:]).Encode(&sq.DataFields{ByteCount: uint32(xltOcto * klm.OctowordSize), LKey: uint32(klm.ReservedLKey), Addr: pi.descIO})
+		n += sq.DataSegSize
+	}
+	return qp.postWQE(wr, w[:], sq.OpUMR, uint8((sq.CtrlSegSize+n)/sq.SegSize), qp.umrFence(), pi.RKey, false)
+}
+
+// postWQE finishes a WQE built in w (segments after the control segment)
+// and copies it into the ring. Called with smu held.
+func (qp *QP) postWQE(wr *SendWR, w []byte, op sq.Opcode, ds uint8, fence sq.Fence, imm uint32, se bool) error {
+	nbb := sq.WQEBBs(ds)
+	size := uint16(1) << qp.sqLog
+	if qp.curPost+uint16(nbb)-qp.sqTail > size {
+		return ErrRingFull
+	}
+	ce := uint8(0)
+	if wr.Flags&SendSignaled != 0 || qp.sigAll {
+		ce = sq.CECQUpdate
+	}
+	sq.CtrlSeg(w).Encode(&sq.CtrlFields{WQEIndex: qp.curPost, Opcode: op, QPN: qp.qpn, DS: ds, Fence: fence, CE: ce,
+		SE: se || wr.Flags&SendSolicited != 0, Imm: imm})
+	start := int(qp.curPost&(size-1)) * sq.WQEBBSize
+	k := copy(qp.sqBuf[start:], w[:nbb*sq.WQEBBSize])
+	copy(qp.sqBuf, w[k:nbb*sq.WQEBBSize])
+	slot := qp.curPost & (size - 1)
+	qp.wrid[slot], qp.wrop[slot], qp.nbb[slot] = wr.WRID, wr.Opcode, uint8(nbb)
+	qp.curPost += uint16(nbb)
+	return nil
+}

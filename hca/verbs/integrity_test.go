@@ -1,0 +1,124 @@
+package verbs_test
+
+import (
+	"bytes"
+	"testing"
+
+	"github.com/hcasim/hcasim/hca"
+	"github.com/hcasim/hcasim/hca/verbs"
+	"github.com/hcasim/hcasim/t10dif"
+)
+
+func intSide(t *testing.T, dev *hca.Device) *side {
+	t.Helper()
+	ctx, err := verbs.Open(dev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ctx.Close() })
+	s := &side{ctx: ctx}
+	s.pd, _ = ctx.AllocPD()
+	s.cq, _ = ctx.CreateCQ(256, nil)
+	if s.qp, err = s.pd.CreateQP(&verbs.QPInitAttr{SendCQ: s.cq, RecvCQ: s.cq, Integrity: true,
+		Cap: verbs.QPCap{MaxSendWR: 32, MaxRecvWR: 8, MaxSendSGE: 2, MaxRecvSGE: 2}}); err != nil {
+		t.Fatal(err)
+	}
+	s.buf, _ = ctx.Alloc(1 << 16)
+	if s.mr, err = s.pd.RegMR(s.buf, verbs.AccessLocalWrite|verbs.AccessRemoteWrite|verbs.AccessRemoteRead); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// The NVMe-oF host recipe: memory NONE, wire T10-DIF. The target READs the
+// host's data through the signature rkey and gets it with PI inserted;
+// WRITEs protected data back and the host's memory gets it stripped; a
+// corrupted block is reported by CheckMRStatus once.
+func TestHostInsertStrip(t *testing.T) {
+	dev := hca.New(hca.Options{})
+	defer dev.Close()
+	host, target := intSide(t, dev), intSide(t, dev)
+	connect(t, host, target)
+	const iv, blocks = 512, 8
+	data := host.buf[:iv*blocks]
+	for i := range data {
+		data[i] = byte(i*7 + i/512)
+	}
+	mr, err := host.pd.AllocMRIntegrity(4, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wire := verbs.SigDomain{Type: verbs.SigTypeT10DIF, BgType: verbs.BgCRC, PIInterval: iv, RefTag: 0x1000, RefRemap: true, AppEscape: true, ApptagCheckMask: 0xFFFF}
+	register := func() {
+		t.Helper()
+		if err := mr.MapSGPI([]verbs.SGE{host.mr.SGE(0, iv*blocks)}, nil); err != nil {
+			t.Fatal(err)
+		}
+		mr.SetSigAttrs(verbs.SigAttrs{CheckMask: 0xCF, Wire: wire})
+		mr.IncKey()
+		// Signaled, and waited for: a ULP's command SEND after it on the
+		// same QP gives the same ordering.
+		if _, err := host.qp.PostSend([]verbs.SendWR{{WRID: 100, Opcode: verbs.WRRegMRIntegrity, MR: mr, Flags: verbs.SendSignaled,
+			Access: verbs.AccessLocalWrite | verbs.AccessRemoteRead | verbs.AccessRemoteWrite}}); err != nil {
+			t.Fatal(err)
+		}
+		for _, wc := range wait(t, host, 1) { // PA mode: only the signature UMR is signaled
+			if wc.Status != verbs.WCSuccess {
+				t.Fatalf("registration %+v", wc)
+			}
+		}
+	}
+	register()
+	// Target reads the wire stream: data with PI inserted.
+	wlen := blocks * (iv + 8)
+	if _, err := target.qp.PostSend([]verbs.SendWR{{WRID: 1, Opcode: verbs.WRRDMARead, Flags: verbs.SendSignaled,
+		SG: []verbs.SGE{target.mr.SGE(0, wlen)}, RemoteAddr: 0, RKey: mr.RKey}}); err != nil {
+		t.Fatal(err)
+	}
+	if wc := wait(t, target, 1)[0]; wc.Status != verbs.WCSuccess || wc.ByteLen != uint32(wlen) {
+		t.Fatalf("read %+v", wc)
+	}
+	d := t10dif.Domain{Format: t10dif.FormatPI8, Type: t10dif.Type1, Interval: iv, RefTag: 0x1000, Escape: t10dif.EscapeApp}
+	want := make([]byte, wlen)
+	if _, err := t10dif.Generate(d, t10dif.Buf{Data: want}, data); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(target.buf[:wlen], want) {
+		t.Fatalf("wire stream differs from t10dif's insert; first tuple % x, want % x", target.buf[iv:iv+8], want[iv:iv+8])
+	}
+	if e, err := mr.CheckMRStatus(); e != nil || err != nil {
+		t.Fatalf("status after a clean read: %+v %v", e, err)
+	}
+	// Re-register (LOCAL_INV first), then the target writes the stream back
+	// with block 3 corrupted: the host gets the data stripped, the error
+	// is reported at block 3.
+	if _, err := host.qp.PostSend([]verbs.SendWR{{WRID: 101, Opcode: verbs.WRLocalInv, InvalidateRKey: mr.RKey}}); err != nil {
+		t.Fatal(err)
+	}
+	clear(data)
+	register()
+	target.buf[3*(iv+8)+100] ^= 0x40
+	if _, err := target.qp.PostSend([]verbs.SendWR{{WRID: 2, Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled,
+		SG: []verbs.SGE{target.mr.SGE(0, wlen)}, RemoteAddr: 0, RKey: mr.RKey}}); err != nil {
+		t.Fatal(err)
+	}
+	if wc := wait(t, target, 1)[0]; wc.Status != verbs.WCSuccess {
+		t.Fatalf("write %+v", wc)
+	}
+	// The host's CQ carries the SIG_ERR CQE: poll it (no work completion).
+	var wcs [4]verbs.WC
+	host.cq.Poll(wcs[:])
+	e, err := mr.CheckMRStatus()
+	if err != nil || e == nil || e.Type != verbs.SigBadGuard || e.Offset != 3*(iv+8) || e.Key != mr.RKey {
+		t.Fatalf("status %+v %v: want a guard error at offset %d", e, err, 3*(iv+8))
+	}
+	if e, _ := mr.CheckMRStatus(); e != nil {
+		t.Fatalf("the error was reported twice: %+v", e)
+	}
+	for i := range blocks {
+		got, exp := data[i*iv:(i+1)*iv], target.buf[i*(iv+8):i*(iv+8)+iv]
+		if !bytes.Equal(got, exp) {
+			t.Fatalf("block %d not stripped into host memory", i)
+		}
+	}
+}
