@@ -15,6 +15,7 @@ import (
 	"errors"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hcasim/hcasim/klm"
@@ -214,6 +215,28 @@ type Fabric struct {
 	mu    sync.Mutex
 	nodes map[uint16]*Device
 	next  uint16
+	hook  atomic.Pointer[func(*WireMsg)]
+}
+
+// WireMsg is a message on the fabric as a wire hook sees it: the
+// requester and responder QPs (an RDMA READ's data flows from the
+// responder to the requester) and the wire bytes, which the hook may change.
+type WireMsg struct {
+	ReqLID, RespLID uint16
+	ReqQPN, RespQPN uint32
+	Wire            []byte
+}
+
+// SetWireHook installs hook to see, and change, the wire bytes of every
+// message moved on the fabric (a test hook: it flips bits "on the wire");
+// nil removes it. With a hook, data moves through a buffer holding the
+// wire stream instead of straight from memory to memory.
+func (f *Fabric) SetWireHook(hook func(m *WireMsg)) {
+	if hook == nil {
+		f.hook.Store(nil)
+		return
+	}
+	f.hook.Store(&hook)
 }
 
 // NewFabric returns an empty fabric.

@@ -205,7 +205,7 @@ func (qp *QP) serveSend(s *respState, r *request) respKind {
 		}
 		return respRemoteOp
 	}
-	moveData(dst, dsig, r.src, r.srcSig)
+	qp.moveData(r.from, dst, dsig, r.src, r.srcSig)
 	s.rqCI++
 	f := cq.Fields{Opcode: op, QPN: qp.qpn, WQECounter: idx, ByteCount: uint32(r.length)}
 	if op != cq.OpRespSend {
@@ -245,7 +245,7 @@ func (qp *QP) serveWrite(s *respState, r *request, a *qpAttr) respKind {
 		if err != nil {
 			return respAccess
 		}
-		moveData(dst, dsig, r.src, r.srcSig)
+		qp.moveData(r.from, dst, dsig, r.src, r.srcSig)
 	}
 	if r.op == sq.OpRDMAWriteImm {
 		_ = list
@@ -267,7 +267,7 @@ func (qp *QP) serveReadKind(r *request, a *qpAttr) (respKind, uint32) {
 	if err != nil {
 		return respAccess, 0
 	}
-	moveData(r.dst, r.dstSig, src, ssig)
+	qp.moveData(r.from, r.dst, r.dstSig, src, ssig)
 	return respACK, uint32(r.length)
 }
 

@@ -116,7 +116,31 @@ func (qp *QP) resolveKey(segs [][]byte, key klm.Key, addr, n uint64, need klm.Ac
 // moveData moves a message from src to dst segments, through the
 // signature transforms of either side (both: through a bounce buffer
 // holding the wire stream).
-func moveData(dst [][]byte, dsig *sigAccess, src [][]byte, ssig *sigAccess) {
+// moveData runs in the responder qp for a request from req.
+func (qp *QP) moveData(req *QP, dst [][]byte, dsig *sigAccess, src [][]byte, ssig *sigAccess) {
+	if h := qp.dev.fabric.hook.Load(); h != nil {
+		// Through a buffer holding the wire stream, which the hook sees.
+		n := uint64(0)
+		for _, s := range src {
+			n += uint64(len(s))
+		}
+		if ssig != nil {
+			n = n / ssig.sig.MemBlock() * ssig.sig.WireBlock()
+		}
+		wire := make([]byte, n)
+		if ssig != nil {
+			ssig.run([][]byte{wire}, src)
+		} else {
+			copySegs([][]byte{wire}, src)
+		}
+		(*h)(&WireMsg{ReqLID: req.dev.lid, ReqQPN: req.qpn, RespLID: qp.dev.lid, RespQPN: qp.qpn, Wire: wire})
+		if dsig != nil {
+			dsig.run(dst, [][]byte{wire})
+		} else {
+			copySegs(dst, [][]byte{wire})
+		}
+		return
+	}
 	switch {
 	case ssig == nil && dsig == nil:
 		copySegs(dst, src)

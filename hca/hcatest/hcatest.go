@@ -57,7 +57,26 @@ func Run(t *testing.T, open Opener) {
 // side's from remote. Two openers over two devices of one fabric run the
 // whole suite across devices. local and remote may be the same Opener.
 func RunPeers(t *testing.T, local, remote Opener) {
-	s := &suite{local: local, remote: remote}
+	RunOptions(t, Options{Local: local, Remote: remote})
+}
+
+// Options configure RunOptions.
+type Options struct {
+	// Local and Remote open the two sides' contexts (Remote nil: Local).
+	Local, Remote Opener
+	// WireHook, if not nil, installs a function that sees and may change
+	// the wire bytes of every message of the device(s) under test (nil
+	// removes it): the scenarios that corrupt data on the wire need it and
+	// are skipped without it. Scenarios filter on their own QPs.
+	WireHook func(hook func(m *hca.WireMsg))
+}
+
+// RunOptions runs every scenario as a subtest of t with the options.
+func RunOptions(t *testing.T, o Options) {
+	if o.Remote == nil {
+		o.Remote = o.Local
+	}
+	s := &suite{local: o.Local, remote: o.Remote, wireHook: o.WireHook}
 	for _, g := range groups {
 		t.Run(g.name, func(t *testing.T) {
 			t.Parallel()
@@ -97,6 +116,7 @@ var groups = []group{
 
 type suite struct {
 	local, remote Opener
+	wireHook      func(hook func(m *hca.WireMsg))
 }
 
 // Timeouts. waitFor bounds how long a completion or event that must come
@@ -208,11 +228,12 @@ func (e *ep) in(t testing.TB) *ep {
 
 // epOpts shape an endpoint; the zero value gives the defaults.
 type epOpts struct {
-	cap      verbs.QPCap
-	cqDepth  int
-	pd       *verbs.PD
-	scq, rcq *verbs.CQ
-	sigAll   bool
+	cap       verbs.QPCap
+	cqDepth   int
+	pd        *verbs.PD
+	scq, rcq  *verbs.CQ
+	sigAll    bool
+	integrity bool
 }
 
 var defaultCap = verbs.QPCap{MaxSendWR: 64, MaxRecvWR: 64, MaxSendSGE: 4, MaxRecvSGE: 4, MaxInline: 256}
@@ -240,7 +261,7 @@ func (n *node) ep(o *epOpts) *ep {
 	if e.rcq == nil {
 		e.rcq = n.cq(opt.cqDepth, nil)
 	}
-	qp, err := opt.pd.CreateQP(&verbs.QPInitAttr{SendCQ: e.scq, RecvCQ: e.rcq, Cap: opt.cap, SigAll: opt.sigAll})
+	qp, err := opt.pd.CreateQP(&verbs.QPInitAttr{SendCQ: e.scq, RecvCQ: e.rcq, Cap: opt.cap, SigAll: opt.sigAll, Integrity: opt.integrity})
 	if err != nil {
 		n.t.Fatalf("create qp %+v: %v", opt.cap, err)
 	}
