@@ -106,6 +106,10 @@ func (qp *QP) resolveKey(segs [][]byte, key klm.Key, addr, n uint64, need klm.Ac
 	if err != nil {
 		return segs, nil, fault(klm.FaultRange)
 	}
+	if segs == nil {
+		// A strided memory domain comes back as two segments per block.
+		segs = make([][]byte, 0, 2*mlen/sig.MemBlock()+2)
+	}
 	segs, err = t.Resolve(segs, klm.Request{Key: key, PD: qp.pd, Addr: m.StartAddr + moff, Len: mlen, Access: need})
 	if err != nil {
 		return segs, nil, err

@@ -99,6 +99,11 @@ func (t *Table) resolve(segs [][]byte, key Key, pd uint32, addr, n uint64, need 
 	switch {
 	case m.tr.rep != nil:
 		r := m.tr.rep
+		if out, ok, f := t.resolveDense(segs, r, pd, off, n, inner, depth, chain); f != nil {
+			return segs, f
+		} else if ok {
+			return out, nil
+		}
 		for n > 0 {
 			cyc, w := off/r.cycle, off%r.cycle
 			j := 0
@@ -149,6 +154,63 @@ func (t *Table) resolve(segs [][]byte, key Key, pd uint32, addr, n uint64, need 
 		}
 	}
 	return segs, nil
+}
+
+// resolveDense is the fast path of a repeat block whose entries are dense
+// (stride == byte count, as mlx5's data and PI entries are) over several
+// cycles: each entry's bytes for all the cycles are resolved at once and,
+// if each comes back as one piece of memory, cut per cycle. It reports
+// ok false to leave the access to the cycle-by-cycle path.
+func (t *Table) resolveDense(segs [][]byte, r *repeat, pd uint32, off, n uint64, need Access, depth int, chain *[maxDepth]uint32) ([][]byte, bool, *Fault) {
+	c0, c1 := off/r.cycle, (off+n-1)/r.cycle
+	if c1-c0 < 2 || len(r.ents) > 4 {
+		return segs, false, nil
+	}
+	w0, wEnd := off-c0*r.cycle, off+n-c1*r.cycle
+	var pieces [4][]byte
+	var base [4]uint64 // the entry address pieces[j] starts at
+	for j := range r.ents {
+		e := &r.ents[j]
+		if e.stride != e.len || e.len == 0 {
+			return segs, false, nil
+		}
+		start := e.va + c0*e.stride
+		if w0 > e.off {
+			start += min(w0-e.off, e.len)
+		}
+		end := e.va + c1*e.stride
+		if wEnd > e.off {
+			end += min(wEnd-e.off, e.len)
+		}
+		// Resolve into segs itself (no allocation when it has room), then
+		// take the piece back out.
+		mark := len(segs)
+		got, f := t.resolve(segs, e.key, pd, start, end-start, need, depth+1, chain)
+		if f != nil {
+			return segs[:mark], false, f
+		}
+		if len(got) != mark+1 {
+			return got[:mark], false, nil
+		}
+		pieces[j], base[j] = got[mark], start
+		segs = got[:mark]
+	}
+	for n > 0 {
+		cyc, w := off/r.cycle, off%r.cycle
+		j := 0
+		for j+1 < len(r.ents) && r.ents[j+1].off <= w {
+			j++
+		}
+		e := &r.ents[j]
+		in := w - e.off
+		take := min(e.len-in, n)
+		if take > 0 {
+			a := e.va + cyc*e.stride + in - base[j]
+			segs = append(segs, pieces[j][a:a+take:a+take])
+		}
+		off, n = off+take, n-take
+	}
+	return segs, true, nil
 }
 
 // resolveMTT walks the page table, merging pages that are contiguous in

@@ -12,6 +12,7 @@ import (
 
 	"github.com/hcasim/hcasim/hca"
 	"github.com/hcasim/hcasim/hca/verbs"
+	"github.com/hcasim/hcasim/t10dif"
 )
 
 var perfOpts struct {
@@ -19,18 +20,22 @@ var perfOpts struct {
 	qd       *int
 	duration *time.Duration
 	json     *bool
+	pi       *string
+	interval *int
 }
 
 var perfCmd = &command{
 	name:    "perf",
 	summary: "measure RDMA operations over an in-process QP pair (like perftest's ib_write_bw / ib_write_lat)",
-	usage:   "write|read|send [--size N] [--qd N] [--duration D] [--json]",
+	usage:   "write|read|send [--size N] [--qd N] [--duration D] [--pi none|insert|strip|pass] [--interval 512|4096] [--json]",
 	example: "hcasim perf write --size 64 --qd 32 --duration 3s",
 	flags: func(fs *flag.FlagSet) {
 		perfOpts.size = fs.Int("size", 64, "message size in bytes")
 		perfOpts.qd = fs.Int("qd", 32, "work requests kept outstanding")
 		perfOpts.duration = fs.Duration("duration", 3*time.Second, "how long to run")
 		perfOpts.json = fs.Bool("json", false, "print only one JSON object (progress goes to standard error)")
+		perfOpts.pi = fs.String("pi", "none", "protection information through a signature key on the data's side: none, insert (memory plain, wire T10-DIF), strip (memory T10-DIF, wire plain) or pass (both)")
+		perfOpts.interval = fs.Int("interval", 4096, "protection interval for --pi")
 	},
 	run: runPerf,
 }
@@ -80,11 +85,21 @@ func runPerf(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) error {
 	if size <= 0 || size > 1<<30 || qd <= 0 || qd > 4096 || dur <= 0 {
 		return errors.New("--size must be 1..2^30, --qd 1..4096, --duration positive")
 	}
+	pi := perfPI{mode: *perfOpts.pi, interval: *perfOpts.interval}
+	switch pi.mode {
+	case "none":
+	case "insert", "strip", "pass":
+		if op == "send" || (pi.interval != 512 && pi.interval != 4096) || size%pi.interval != 0 {
+			return errors.New("--pi works with write and read, --interval 512 or 4096, and --size a multiple of the interval")
+		}
+	default:
+		return fmt.Errorf("--pi %q: want none, insert, strip or pass", pi.mode)
+	}
 	progress := stdout
 	if *perfOpts.json {
 		progress = stderr
 	}
-	res, err := perfRun(wrOp, size, qd, dur, progress)
+	res, err := perfRun(wrOp, size, qd, dur, &pi, progress)
 	if err != nil {
 		return err
 	}
@@ -105,6 +120,70 @@ type perfEnd struct {
 	mr  *verbs.MR
 }
 
+// perfPI is the --pi configuration.
+type perfPI struct {
+	mode     string
+	interval int
+}
+
+// sigKey registers, on side e (its QP posts the registration), an
+// integrity MR over e's buffer as the mode says, and returns its key and
+// the wire length of size data bytes.
+func (p *perfPI) sigKey(e *perfEnd, size int) (uint32, int, error) {
+	iv := p.interval
+	blocks := size / iv
+	data := e.mr.SGE(0, size)
+	memPI := p.mode == "strip" || p.mode == "pass"
+	wirePI := p.mode == "insert" || p.mode == "pass"
+	dom := verbs.SigDomain{Type: verbs.SigTypeT10DIF, PIInterval: uint32(iv), RefTag: 0x100, RefRemap: true, AppEscape: true, ApptagCheckMask: 0xFFFF}
+	attrs := verbs.SigAttrs{CheckMask: 0xFF}
+	var meta []verbs.SGE
+	if memPI {
+		attrs.Mem = dom
+		// Valid PI for the data, in a separate metadata buffer.
+		d := t10dif.Domain{Format: t10dif.FormatPI8, Type: t10dif.Type1, Interval: iv, RefTag: 0x100, Separate: true}
+		if _, err := t10dif.Generate(d, t10dif.Buf{Data: e.mr.Buf[:size], Meta: e.mr.Buf[size : size+blocks*8]}, append([]byte(nil), e.mr.Buf[:size]...)); err != nil {
+			return 0, 0, err
+		}
+		meta = []verbs.SGE{e.mr.SGE(size, blocks*8)}
+	}
+	if wirePI {
+		attrs.Wire = dom
+	}
+	mr, err := e.pd.AllocMRIntegrity(4, 4)
+	if err != nil {
+		return 0, 0, err
+	}
+	if err := mr.MapSGPI([]verbs.SGE{data}, meta); err != nil {
+		return 0, 0, err
+	}
+	mr.SetSigAttrs(attrs)
+	mr.IncKey()
+	if _, err := e.qp.PostSend([]verbs.SendWR{{WRID: 1 << 62, Opcode: verbs.WRRegMRIntegrity, MR: mr, Flags: verbs.SendSignaled,
+		Access: verbs.AccessLocalWrite | verbs.AccessRemoteRead | verbs.AccessRemoteWrite}}); err != nil {
+		return 0, 0, err
+	}
+	wcs := make([]verbs.WC, 4)
+	deadline := time.Now().Add(5 * time.Second)
+	for got := 0; got < 1; {
+		n, _ := e.cq.Poll(wcs)
+		for _, wc := range wcs[:n] {
+			if wc.Status != verbs.WCSuccess {
+				return 0, 0, fmt.Errorf("registration: %v", wc.Status)
+			}
+		}
+		got += n
+		if time.Now().After(deadline) {
+			return 0, 0, errors.New("registration did not complete")
+		}
+	}
+	wire := size
+	if wirePI {
+		wire = blocks * (iv + 8)
+	}
+	return mr.RKey, wire, nil
+}
+
 func perfSide(dev *hca.Device, qd, bufSize int) (*perfEnd, error) {
 	ctx, err := verbs.Open(dev)
 	if err != nil {
@@ -117,7 +196,7 @@ func perfSide(dev *hca.Device, qd, bufSize int) (*perfEnd, error) {
 	if e.cq, err = ctx.CreateCQ(2*qd+16, nil); err != nil {
 		return nil, err
 	}
-	if e.qp, err = e.pd.CreateQP(&verbs.QPInitAttr{SendCQ: e.cq, RecvCQ: e.cq,
+	if e.qp, err = e.pd.CreateQP(&verbs.QPInitAttr{SendCQ: e.cq, RecvCQ: e.cq, Integrity: true,
 		Cap: verbs.QPCap{MaxSendWR: qd, MaxRecvWR: qd, MaxSendSGE: 1, MaxRecvSGE: 1}}); err != nil {
 		return nil, err
 	}
@@ -133,10 +212,10 @@ func perfSide(dev *hca.Device, qd, bufSize int) (*perfEnd, error) {
 
 // perfRun keeps qd operations of size bytes outstanding for dur and
 // measures completions and post-to-completion latency.
-func perfRun(op verbs.WROpcode, size, qd int, dur time.Duration, progress io.Writer) (*perfResult, error) {
+func perfRun(op verbs.WROpcode, size, qd int, dur time.Duration, pi *perfPI, progress io.Writer) (*perfResult, error) {
 	dev := hca.New(hca.Options{})
 	defer dev.Close()
-	bufSize := max(size, 64)
+	bufSize := max(size+size/512*8+8, 64)
 	a, err := perfSide(dev, qd, bufSize)
 	if err != nil {
 		return nil, err
@@ -166,6 +245,24 @@ func perfRun(op verbs.WROpcode, size, qd int, dur time.Duration, progress io.Wri
 	}
 	wr := verbs.SendWR{Opcode: op, Flags: verbs.SendSignaled, SG: []verbs.SGE{a.mr.SGE(0, size)},
 		RemoteAddr: b.mr.Addr, RKey: b.mr.RKey}
+	if pi.mode != "none" {
+		// The data's side holds the signature key: the requester's for a
+		// WRITE (its source), the responder's for a READ.
+		if op == verbs.WRRDMAWrite {
+			key, wire, err := pi.sigKey(a, size)
+			if err != nil {
+				return nil, err
+			}
+			wr.SG = []verbs.SGE{{Addr: 0, Length: uint32(wire), LKey: key}}
+		} else {
+			key, wire, err := pi.sigKey(b, size)
+			if err != nil {
+				return nil, err
+			}
+			wr.SG = []verbs.SGE{a.mr.SGE(0, wire)}
+			wr.RemoteAddr, wr.RKey = 0, key
+		}
+	}
 	posted := make([]time.Time, qd)
 	lat := make([]time.Duration, 0, 1<<20)
 	wcs := make([]verbs.WC, qd)
@@ -176,8 +273,9 @@ func perfRun(op verbs.WROpcode, size, qd int, dur time.Duration, progress io.Wri
 	nextTick := start.Add(time.Second)
 	var done, lastDone int
 	outstanding := 0
+	now := start
+	idle := 0
 	for id := 0; ; {
-		now := time.Now()
 		if now.After(end) && outstanding == 0 {
 			break
 		}
@@ -199,8 +297,12 @@ func perfRun(op verbs.WROpcode, size, qd int, dur time.Duration, progress io.Wri
 		if n == 0 {
 			// Give the device's goroutines this P rather than waking another
 			// thread for them: a busy poll that never yields makes every
-			// hand-off a cross-thread wake-up.
+			// hand-off a cross-thread wake-up. Read the clock only now and
+			// then while idle: it is not free.
 			runtime.Gosched()
+			if idle++; idle%32 != 0 {
+				continue
+			}
 		}
 		now = time.Now()
 		for _, wc := range wcs[:n] {
@@ -227,7 +329,7 @@ func perfRun(op verbs.WROpcode, size, qd int, dur time.Duration, progress io.Wri
 		}
 	}
 	el := time.Since(start).Seconds()
-	r := &perfResult{Size: size, QD: qd, PI: "none"}
+	r := &perfResult{Size: size, QD: qd, PI: pi.mode}
 	r.OpsPerSec = float64(done) / el
 	r.GBytesPerSec = r.OpsPerSec * float64(size) / 1e9
 	if len(lat) > 0 {
