@@ -158,7 +158,9 @@ func TestArm(t *testing.T) {
 	}
 }
 
-func dbWord(db []byte) uint32 { return uint32(db[4])<<24 | uint32(db[5])<<16 | uint32(db[6])<<8 | uint32(db[7]) }
+func dbWord(db []byte) uint32 {
+	return uint32(db[4])<<24 | uint32(db[5])<<16 | uint32(db[6])<<8 | uint32(db[7])
+}
 
 // Producers and a consumer on different goroutines: every CQE arrives once,
 // in order per producer (run with -race).

@@ -59,15 +59,15 @@ type Fence uint8
 
 // Fence modes.
 const (
-	FenceNone            Fence = 0x00
-	FenceInitiatorSmall  Fence = 0x20 // wait for preceding UMR / SET_PSV (local key operations)
-	FenceFence           Fence = 0x40 // IB fence: wait for outstanding RDMA READ and atomics
-	FenceStrongOrdering  Fence = 0x60 // wait for every preceding WQE
-	FenceSmallAndFence   Fence = 0x80 // both INITIATOR_SMALL and FENCE
-	fenceMask                  = 0xE0
-	CECQUpdate                 = 0x08 // generate a CQE (MLX5_WQE_CTRL_CQ_UPDATE)
-	CECQUpdateAndEQE           = 0x0C
-	SESolicited                = 0x02
+	FenceNone           Fence = 0x00
+	FenceInitiatorSmall Fence = 0x20 // wait for preceding UMR / SET_PSV (local key operations)
+	FenceFence          Fence = 0x40 // IB fence: wait for outstanding RDMA READ and atomics
+	FenceStrongOrdering Fence = 0x60 // wait for every preceding WQE
+	FenceSmallAndFence  Fence = 0x80 // both INITIATOR_SMALL and FENCE
+	fenceMask                 = 0xE0
+	CECQUpdate                = 0x08 // generate a CQE (MLX5_WQE_CTRL_CQ_UPDATE)
+	CECQUpdateAndEQE          = 0x0C
+	SESolicited               = 0x02
 )
 
 // CtrlSeg is a view of the 16-byte WQE control segment.
