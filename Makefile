@@ -52,8 +52,10 @@ conform:
 speed:
 	$(GO) run ./cmd/hcasim speed
 
-# Until the simulator exists, run the conformance vectors.
+# The conformance vectors, then an NVMe-oF-style integrity write and read
+# through the model device (hcasim demo).
 run: conform
+	$(GO) run ./cmd/hcasim demo
 
 clean:
 	rm -rf bin

@@ -27,7 +27,7 @@ type command struct {
 	flags   func(fs *flag.FlagSet)
 }
 
-var commands = []*command{conformCmd, speedCmd, perfCmd}
+var commands = []*command{conformCmd, speedCmd, perfCmd, demoCmd}
 
 // errUsage reports bad arguments; the usage has already been printed.
 var errUsage = errors.New("usage")

@@ -151,3 +151,15 @@ func TestPerfJSON(t *testing.T) {
 		t.Fatal("unknown operation accepted")
 	}
 }
+
+func TestDemo(t *testing.T) {
+	code, out, errOut := runCLI("demo")
+	if code != 0 || errOut != "" {
+		t.Fatalf("exit %d, stderr %q, output tail %q", code, errOut, tail(out))
+	}
+	for _, want := range []string{"REG_MR_INTEGRITY", "the stream equals t10dif's INSERT", "IB_SIG_BAD_GUARD at offset 2600", "exit 0"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("demo output lacks %q", want)
+		}
+	}
+}

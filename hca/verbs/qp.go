@@ -776,3 +776,35 @@ func (qp *QP) CurPost() uint16 {
 	defer qp.smu.Unlock()
 	return qp.curPost
 }
+
+// PostedWQE is a copy of a posted send WQE, for tools that show what the
+// driver wrote (hcasim demo).
+type PostedWQE struct {
+	Index uint16
+	Ctrl  sq.CtrlFields
+	Bytes []byte
+}
+
+// PostedWQEs returns copies of the WQEs posted from index from to the
+// current producer counter (at most the ring's size).
+func (qp *QP) PostedWQEs(from uint16) []PostedWQE {
+	qp.smu.Lock()
+	defer qp.smu.Unlock()
+	size := uint16(1) << qp.sqLog
+	var out []PostedWQE
+	for i := from; i != qp.curPost && uint16(i-from) < size; {
+		slot := i & (size - 1)
+		n := int(qp.nbb[slot])
+		if n == 0 {
+			break
+		}
+		b := make([]byte, n*sq.WQEBBSize)
+		start := int(slot) * sq.WQEBBSize
+		k := copy(b, qp.sqBuf[start:])
+		copy(b[k:], qp.sqBuf)
+		f := sq.CtrlSeg(b).Fields()
+		out = append(out, PostedWQE{Index: i, Ctrl: f, Bytes: b[:int(f.DS)*sq.SegSize]})
+		i += uint16(n)
+	}
+	return out
+}
