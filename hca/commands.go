@@ -272,6 +272,7 @@ func (f *Func) destroyMkey(idx uint32) Out {
 		return failOut(StatusBadResource, idx, "%v", err)
 	}
 	f.pdRef(m.PD, -1)
+	f.sigForget(idx)
 	return okOut(0)
 }
 

@@ -373,9 +373,6 @@ func (qp *QP) doUMR(segs []byte, target klm.Key) cq.Syndrome {
 		}
 		return cq.SyndromeLocalQPOp
 	}
-	if sigReg {
-		qp.fn.sigRegistered(target.Index())
-	}
 	return 0
 }
 

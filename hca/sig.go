@@ -16,13 +16,19 @@ type sigAccess struct {
 	toWire bool   // data leaves memory (a gather) or enters it (a scatter)
 	fn     *Func
 	key    klm.Key
-	qp     *QP // the QP whose send CQ gets the signature error CQE
+	expect uint8 // the mkey's expected_sigerr_count bit when resolved
+	qp     *QP   // the QP whose send CQ gets the signature error CQE
 }
 
-// sigState is the device's error state of one signature key: only the
-// first error after a registration is reported.
+// sigState is the device's error state of one signature mkey: the number
+// of signature errors it has reported since it was created. An error is
+// reported only while the parity that count will have after reporting
+// equals the expected_sigerr_count bit the last signature UMR programmed:
+// the driver starts its count at 1 and flips the bit in each registration
+// after an error CQE, so exactly the first error after each registration
+// is reported, and none until the driver has seen the previous one.
 type sigState struct {
-	reported bool
+	count uint32
 }
 
 type sigCacheEntry struct {
@@ -58,16 +64,17 @@ func (f *Func) psvSeed(idx uint32) uint16 {
 	return p.bg
 }
 
-// sigRegistered resets a signature key's error state: a new registration.
-func (f *Func) sigRegistered(idx uint32) {
+// sigForget drops a destroyed mkey's error count: a later mkey at the
+// same index starts from zero.
+func (f *Func) sigForget(idx uint32) {
 	f.sigMu.Lock()
 	delete(f.sigErrs, idx)
 	f.sigMu.Unlock()
 }
 
-// sigFirst reports whether an error on the key is the first since its
-// registration, and marks it reported.
-func (f *Func) sigFirst(idx uint32) bool {
+// sigReport reports whether an error on the mkey is to be reported under
+// the expected_sigerr_count bit expect, and counts it if so.
+func (f *Func) sigReport(idx uint32, expect uint8) bool {
 	f.sigMu.Lock()
 	defer f.sigMu.Unlock()
 	s := f.sigErrs[idx]
@@ -75,9 +82,11 @@ func (f *Func) sigFirst(idx uint32) bool {
 		s = &sigState{}
 		f.sigErrs[idx] = s
 	}
-	first := !s.reported
-	s.reported = true
-	return first
+	if uint8(s.count+1)&1 != expect&1 {
+		return false
+	}
+	s.count++
+	return true
 }
 
 // resolveKey resolves an access by qp through key. A signature key's
@@ -114,7 +123,7 @@ func (qp *QP) resolveKey(segs [][]byte, key klm.Key, addr, n uint64, need klm.Ac
 	if err != nil {
 		return segs, nil, err
 	}
-	return segs, &sigAccess{sig: sig, first: woff / sig.WireBlock(), toWire: toWire, fn: qp.fn, key: key, qp: qp}, nil
+	return segs, &sigAccess{sig: sig, first: woff / sig.WireBlock(), toWire: toWire, fn: qp.fn, key: key, expect: m.ExpectedSigErr, qp: qp}, nil
 }
 
 // moveData moves a message from src to dst segments, through the
@@ -207,10 +216,10 @@ func pump(st *t10dif.Stream, dst, src [][]byte) {
 	}
 }
 
-// report writes the signature error CQE of the key's first error since
-// its registration.
+// report writes the signature error CQE of an error, if the mkey's
+// expected_sigerr_count admits it (sigState).
 func (sa *sigAccess) report(e *t10dif.Error) {
-	if !sa.fn.sigFirst(sa.key.Index()) {
+	if !sa.fn.sigReport(sa.key.Index(), sa.expect) {
 		return
 	}
 	s := cq.SigFields{Mkey: uint32(sa.key), ErrOffset: (sa.first + e.Block) * uint64(sa.sig.Interval+pi8)}

@@ -122,3 +122,82 @@ func TestHostInsertStrip(t *testing.T) {
 		}
 	}
 }
+
+// expected_sigerr_count: a registration reports only its first signature
+// error; the next registration (the driver saw the error CQE and flipped
+// the bit) reports the next one.
+func TestSigErrOncePerRegistration(t *testing.T) {
+	dev := hca.New(hca.Options{})
+	defer dev.Close()
+	host, target := intSide(t, dev), intSide(t, dev)
+	connect(t, host, target)
+	const iv, blocks = 512, 4
+	wlen := blocks * (iv + 8)
+	mr, err := host.pd.AllocMRIntegrity(4, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wire := verbs.SigDomain{Type: verbs.SigTypeT10DIF, BgType: verbs.BgCRC, PIInterval: iv, RefRemap: true, ApptagCheckMask: 0xFFFF}
+	d := t10dif.Domain{Format: t10dif.FormatPI8, Type: t10dif.Type1, Interval: iv}
+	if _, err := t10dif.Generate(d, t10dif.Buf{Data: target.buf[:wlen]}, make([]byte, iv*blocks)); err != nil {
+		t.Fatal(err)
+	}
+	wrid := uint64(100)
+	post := func(wr verbs.SendWR, s *side) {
+		t.Helper()
+		wrid++
+		wr.WRID = wrid
+		wr.Flags |= verbs.SendSignaled
+		if _, err := s.qp.PostSend([]verbs.SendWR{wr}); err != nil {
+			t.Fatal(err)
+		}
+		if wc := wait(t, s, 1)[0]; wc.Status != verbs.WCSuccess {
+			t.Fatalf("%v: %+v", wr.Opcode, wc)
+		}
+	}
+	register := func(first bool) {
+		t.Helper()
+		if !first {
+			post(verbs.SendWR{Opcode: verbs.WRLocalInv, InvalidateRKey: mr.RKey}, host)
+		}
+		if err := mr.MapSGPI([]verbs.SGE{host.mr.SGE(0, iv*blocks)}, nil); err != nil {
+			t.Fatal(err)
+		}
+		mr.SetSigAttrs(verbs.SigAttrs{CheckMask: 0xCF, Wire: wire})
+		mr.IncKey()
+		post(verbs.SendWR{Opcode: verbs.WRRegMRIntegrity, MR: mr, Access: verbs.AccessLocalWrite | verbs.AccessRemoteWrite}, host)
+	}
+	// writeBad writes the stream with block b's guard corrupted (the flip
+	// is undone afterwards), polls the host's CQ for the SIG_ERR CQE and
+	// returns what CheckMRStatus then reports.
+	writeBad := func(b int) *verbs.SigErr {
+		t.Helper()
+		target.buf[b*(iv+8)+7] ^= 0x10
+		post(verbs.SendWR{Opcode: verbs.WRRDMAWrite, SG: []verbs.SGE{target.mr.SGE(0, wlen)}, RKey: mr.RKey}, target)
+		target.buf[b*(iv+8)+7] ^= 0x10
+		var wcs [4]verbs.WC
+		if n, _ := host.cq.Poll(wcs[:]); n != 0 {
+			t.Fatalf("the signature error produced work completions %+v", wcs[:n])
+		}
+		e, err := mr.CheckMRStatus()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return e
+	}
+	register(true)
+	if e := writeBad(1); e == nil || e.Offset != 1*(iv+8) {
+		t.Fatalf("first error: %+v, want block 1", e)
+	}
+	if e := writeBad(2); e != nil {
+		t.Fatalf("a second error under one registration was reported: %+v", e)
+	}
+	register(false)
+	if e := writeBad(3); e == nil || e.Offset != 3*(iv+8) || e.Key != mr.RKey {
+		t.Fatalf("error after re-registration: %+v, want block 3 under key %#x", e, mr.RKey)
+	}
+	register(false)
+	if e := writeBad(0); e == nil || e.Offset != 0 || e.Key != mr.RKey {
+		t.Fatalf("error after the third registration: %+v, want block 0", e)
+	}
+}
