@@ -1,7 +1,8 @@
 // Package psv holds the signature layer of the modelled HCA: the BSF (the
 // 64-byte byte-stream format descriptor a signature mkey carries) as a
-// typed view, and, in later work, PSV objects, the SET_PSV segment and the
-// memory↔wire signature pipeline.
+// typed view, and Sig, its decoding with the PSVs' guard seeds into the
+// memory and wire domains the data path transforms between (wire-domain
+// addressing, error offsets, re-blocking).
 package psv
 
 import (

@@ -21,9 +21,11 @@ type Sig struct {
 	Mem, Wire t10dif.Domain
 	Check     t10dif.CheckMask
 	Copy      t10dif.CheckMask
-	// Interval is the data bytes per block, the same in both domains
-	// (re-blocking between intervals is not modelled).
-	Interval int
+	// Unit is the data bytes of the smallest whole number of blocks in
+	// both domains: the interval when the domains' intervals agree (or one
+	// domain has no PI), their least common multiple when the HCA
+	// re-blocks. Accesses through the key cover whole units.
+	Unit int
 }
 
 // pi8 is the tuple size mlx5 signature domains carry.
@@ -85,35 +87,62 @@ func Decode(bsf []byte, memSeed, wireSeed uint16) (*Sig, error) {
 		return nil, fmt.Errorf("wire domain: %w", err)
 	}
 	switch {
-	case s.Mem.HasPI() && s.Wire.HasPI() && s.Mem.Interval != s.Wire.Interval:
-		return nil, fmt.Errorf("memory interval %d, wire %d (re-blocking is not modelled): %w", s.Mem.Interval, s.Wire.Interval, ErrBadBSF)
+	case s.Mem.HasPI() && s.Wire.HasPI():
+		s.Unit = lcm(s.Mem.Interval, s.Wire.Interval)
 	case s.Mem.HasPI():
-		s.Interval = s.Mem.Interval
+		s.Unit = s.Mem.Interval
 	case s.Wire.HasPI():
-		s.Interval = s.Wire.Interval
+		s.Unit = s.Wire.Interval
 	default:
 		return nil, fmt.Errorf("neither domain has PI: %w", ErrBadBSF)
 	}
-	if s.Copy != 0 && !(s.Mem.HasPI() && s.Wire.HasPI()) {
-		s.Copy = 0
+	if s.Copy != 0 && !(s.Mem.HasPI() && s.Wire.HasPI() && s.Mem.Interval == s.Wire.Interval) {
+		s.Copy = 0 // copying tuple bytes needs one block structure
 	}
 	return s, nil
 }
 
-func blockSize(d *t10dif.Domain, iv int) uint64 {
-	if d.HasPI() {
-		return uint64(iv + pi8)
+func lcm(a, b int) int {
+	x, y := a, b
+	for y != 0 {
+		x, y = y, x%y
 	}
-	return uint64(iv)
+	return a / x * b
 }
 
-// MemBlock and WireBlock return the bytes one block takes in each domain.
-func (s *Sig) MemBlock() uint64  { return blockSize(&s.Mem, s.Interval) }
-func (s *Sig) WireBlock() uint64 { return blockSize(&s.Wire, s.Interval) }
+// unitSize returns the bytes one unit of u data bytes takes in domain d.
+func unitSize(d *t10dif.Domain, u int) uint64 {
+	if d.HasPI() {
+		return uint64(u + u/d.Interval*pi8)
+	}
+	return uint64(u)
+}
+
+// MemBlock and WireBlock return the bytes one unit (Unit data bytes)
+// takes in each domain.
+func (s *Sig) MemBlock() uint64  { return unitSize(&s.Mem, s.Unit) }
+func (s *Sig) WireBlock() uint64 { return unitSize(&s.Wire, s.Unit) }
+
+// ErrOffset returns the wire-domain-style byte offset mlx5 reports for an
+// error in block blk (counted from the access's start) of the input
+// domain of an access that starts at unit first: the failing block's
+// index from the key's start times its interval plus 8, the figure ULPs
+// divide by interval + 8 to find the failing sector.
+func (s *Sig) ErrOffset(toWire bool, first, blk uint64) uint64 {
+	in := &s.Wire
+	if toWire {
+		in = &s.Mem
+	}
+	iv := uint64(s.Unit)
+	if in.HasPI() {
+		iv = uint64(in.Interval)
+	}
+	return (first*uint64(s.Unit)/iv + blk) * (iv + pi8)
+}
 
 // MemRange maps a wire-domain range of the signature key (the addresses
 // RDMA operations use) to the memory-domain range its translation holds.
-// The range must start on a wire block boundary and cover whole blocks.
+// The range must start on a unit boundary and cover whole units.
 func (s *Sig) MemRange(woff, wlen uint64) (uint64, uint64, error) {
 	wb := s.WireBlock()
 	if woff%wb != 0 || wlen%wb != 0 {
@@ -124,8 +153,9 @@ func (s *Sig) MemRange(woff, wlen uint64) (uint64, uint64, error) {
 }
 
 // Config returns the transform for data leaving memory (toWire: a gather
-// through the key) or entering it (a scatter), starting at block first of
-// the key (ref tags count from the key's first block).
+// through the key) or entering it (a scatter), starting at unit first of
+// the key (ref tags count from the key's first block, in each domain's
+// blocks).
 func (s *Sig) Config(toWire bool, first uint64) t10dif.Config {
 	in, out := s.Wire, s.Mem
 	if toWire {
@@ -133,7 +163,7 @@ func (s *Sig) Config(toWire bool, first uint64) t10dif.Config {
 	}
 	for _, d := range []*t10dif.Domain{&in, &out} {
 		if d.HasPI() && d.Ref == t10dif.RefIncrement {
-			d.RefTag = (d.RefTag + first) & d.Format.RefTagMax()
+			d.RefTag = (d.RefTag + first*uint64(s.Unit/d.Interval)) & d.Format.RefTagMax()
 		}
 	}
 	return t10dif.Config{In: in, Out: out, Check: s.Check, Copy: s.Copy}
