@@ -222,7 +222,7 @@ func (sa *sigAccess) report(e *t10dif.Error) {
 	if !sa.fn.sigReport(sa.key.Index(), sa.expect) {
 		return
 	}
-	s := cq.SigFields{Mkey: uint32(sa.key), ErrOffset: (sa.first + e.Block) * uint64(sa.sig.Interval+pi8)}
+	s := cq.SigFields{Mkey: uint32(sa.key), ErrOffset: sa.sig.ErrOffset(sa.toWire, sa.first, e.Block)}
 	if sa.toWire {
 		s.Domain = 1 // the memory domain was the input
 	}
@@ -242,4 +242,3 @@ func (sa *sigAccess) report(e *t10dif.Error) {
 	}
 }
 
-const pi8 = 8

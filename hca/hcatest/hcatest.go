@@ -112,6 +112,8 @@ var groups = []group{
 	{"Unsignaled", unsignaledScenarios},
 	{"Fabric", fabricScenarios},
 	{"QPState", qpStateScenarios},
+	{"Integrity", integrityRecipeScenarios},
+	{"IntegrityErrors", integrityErrorScenarios},
 }
 
 type suite struct {

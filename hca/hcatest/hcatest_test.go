@@ -26,9 +26,10 @@ func opener(dev *hca.Device) hcatest.Opener {
 
 // TestInProcess runs the suite on one in-process device.
 func TestInProcess(t *testing.T) {
-	dev := hca.New(hca.Options{TimeScale: timeScale})
+	fabric := hca.NewFabric()
+	dev := hca.New(hca.Options{TimeScale: timeScale, Fabric: fabric})
 	t.Cleanup(func() { dev.Close() })
-	hcatest.Run(t, opener(dev))
+	hcatest.RunOptions(t, hcatest.Options{Local: opener(dev), WireHook: fabric.SetWireHook})
 }
 
 // TestTwoDevices runs the suite across two in-process devices of one
@@ -41,5 +42,5 @@ func TestTwoDevices(t *testing.T) {
 	if d1.LID() == d2.LID() {
 		t.Fatalf("two devices of one fabric share LID %d", d1.LID())
 	}
-	hcatest.RunPeers(t, opener(d1), opener(d2))
+	hcatest.RunOptions(t, hcatest.Options{Local: opener(d1), Remote: opener(d2), WireHook: fabric.SetWireHook})
 }
