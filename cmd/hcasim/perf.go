@@ -6,7 +6,9 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"time"
 
@@ -22,6 +24,7 @@ var perfOpts struct {
 	json     *bool
 	pi       *string
 	interval *int
+	cpuprof  *string
 }
 
 var perfCmd = &command{
@@ -36,6 +39,7 @@ var perfCmd = &command{
 		perfOpts.json = fs.Bool("json", false, "print only one JSON object (progress goes to standard error)")
 		perfOpts.pi = fs.String("pi", "none", "protection information through a signature key on the data's side: none, insert (memory plain, wire T10-DIF), strip (memory T10-DIF, wire plain) or pass (both)")
 		perfOpts.interval = fs.Int("interval", 4096, "protection interval for --pi")
+		perfOpts.cpuprof = fs.String("cpuprofile", "", "write a CPU profile of the run to this file (go tool pprof)")
 	},
 	run: runPerf,
 }
@@ -98,6 +102,17 @@ func runPerf(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) error {
 	progress := stdout
 	if *perfOpts.json {
 		progress = stderr
+	}
+	if *perfOpts.cpuprof != "" {
+		f, err := os.Create(*perfOpts.cpuprof)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
 	}
 	res, err := perfRun(wrOp, size, qd, dur, &pi, progress)
 	if err != nil {
