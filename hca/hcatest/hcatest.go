@@ -11,8 +11,12 @@
 // opcode, byte count and immediate data, and every transfer for its data.
 //
 // Subtests are named group/scenario (SendRecv/PingPong, Flush/…,
-// QPState/SQD, …); the groups run in parallel, the scenarios of a group one
-// after the other. Every scenario opens its own contexts, so asynchronous
+// QPState/SQD, Integrity/…, IntegrityErrors/…); the groups run in
+// parallel, the scenarios of a group one after the other. The Integrity
+// groups drive the integrity API as NVMe-oF and iSER do (REG_MR_INTEGRITY,
+// the old REG_SIG_MR, CheckMRStatus) and check every PI byte against
+// package t10dif and the public vectors; the scenarios that corrupt data
+// on the wire need Options.WireHook and are skipped without it. Every scenario opens its own contexts, so asynchronous
 // events never mix between scenarios.
 //
 // The scenarios that exercise transport timers (RNR, retry exhaustion)
