@@ -241,4 +241,3 @@ func (sa *sigAccess) report(e *t10dif.Error) {
 		sa.qp.fatal()
 	}
 }
-
