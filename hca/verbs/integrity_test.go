@@ -201,3 +201,83 @@ func TestSigErrOncePerRegistration(t *testing.T) {
 		t.Fatalf("error after the third registration: %+v, want block 0", e)
 	}
 }
+
+// Re-blocking: PI in memory every 512 bytes (separate metadata), on the
+// wire every 4096. The target READs two wire blocks of 4104 bytes from the
+// second 4096-byte unit on, and WRITEs them back; memory's 512-byte tuples
+// are checked on the way out and regenerated on the way in, their ref tags
+// counting 512-byte blocks from the key's start.
+func TestReblock(t *testing.T) {
+	dev := hca.New(hca.Options{})
+	defer dev.Close()
+	host, target := intSide(t, dev), intSide(t, dev)
+	connect(t, host, target)
+	const units, metaOff = 3, 32768
+	mem := t10dif.Domain{Format: t10dif.FormatPI8, Type: t10dif.Type1, Interval: 512, RefTag: 100, AppTag: 5, AppTagMask: 0xFFFF}
+	wire := t10dif.Domain{Format: t10dif.FormatPI8, Type: t10dif.Type1, Interval: 4096, RefTag: 7, AppTag: 5, AppTagMask: 0xFFFF}
+	data := make([]byte, units*4096)
+	for i := range data {
+		data[i] = byte(i*31 + i>>7)
+	}
+	meta := make([]byte, units*8*8)
+	dix := mem
+	dix.Separate = true
+	if _, err := t10dif.Generate(dix, t10dif.Buf{Data: host.buf[:len(data)], Meta: meta}, data); err != nil {
+		t.Fatal(err)
+	}
+	copy(host.buf[metaOff:], meta)
+	mr, err := host.pd.AllocMRIntegrity(4, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := mr.MapSGPI([]verbs.SGE{host.mr.SGE(0, len(data))}, []verbs.SGE{host.mr.SGE(metaOff, len(meta))}); err != nil {
+		t.Fatal(err)
+	}
+	dom := func(d t10dif.Domain) verbs.SigDomain {
+		return verbs.SigDomain{Type: verbs.SigTypeT10DIF, BgType: verbs.BgCRC, PIInterval: uint32(d.Interval), RefTag: uint32(d.RefTag),
+			AppTag: d.AppTag, RefRemap: true, ApptagCheckMask: 0xFFFF}
+	}
+	mr.SetSigAttrs(verbs.SigAttrs{CheckMask: 0xFF, Mem: dom(mem), Wire: dom(wire)})
+	mr.IncKey()
+	if _, err := host.qp.PostSend([]verbs.SendWR{{WRID: 1, Opcode: verbs.WRRegMRIntegrity, MR: mr, Flags: verbs.SendSignaled,
+		Access: verbs.AccessLocalWrite | verbs.AccessRemoteRead | verbs.AccessRemoteWrite}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, wc := range wait(t, host, 1) {
+		if wc.Status != verbs.WCSuccess {
+			t.Fatalf("registration %+v", wc)
+		}
+	}
+	// The expected wire stream of units 1 and 2: ref tags 7+1, 7+2.
+	wire.RefTag += 1
+	want := make([]byte, 2*4104)
+	if _, err := t10dif.Generate(wire, t10dif.Buf{Data: want}, data[4096:]); err != nil {
+		t.Fatal(err)
+	}
+	post := func(op verbs.WROpcode) {
+		t.Helper()
+		if _, err := target.qp.PostSend([]verbs.SendWR{{WRID: 2, Opcode: op, Flags: verbs.SendSignaled,
+			SG: []verbs.SGE{target.mr.SGE(0, len(want))}, RemoteAddr: 4104, RKey: mr.RKey}}); err != nil {
+			t.Fatal(err)
+		}
+		if wc := wait(t, target, 1)[0]; wc.Status != verbs.WCSuccess {
+			t.Fatalf("%v through the re-blocking key: %+v", op, wc)
+		}
+	}
+	post(verbs.WRRDMARead)
+	if !bytes.Equal(target.buf[:len(want)], want) {
+		t.Fatal("the READ's wire stream is not t10dif's 4096-byte generate")
+	}
+	// Back into memory: clear the host's copy of units 1 and 2 first.
+	clear(host.buf[4096:len(data)])
+	clear(host.buf[metaOff+64 : metaOff+len(meta)])
+	post(verbs.WRRDMAWrite)
+	var wcs [2]verbs.WC
+	host.cq.Poll(wcs[:])
+	if e, err := mr.CheckMRStatus(); e != nil || err != nil {
+		t.Fatalf("status %+v %v", e, err)
+	}
+	if !bytes.Equal(host.buf[:len(data)], data) || !bytes.Equal(host.buf[metaOff:metaOff+len(meta)], meta) {
+		t.Fatal("data or 512-byte metadata written back differ")
+	}
+}
