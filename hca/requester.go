@@ -3,6 +3,7 @@ package hca
 import (
 	"encoding/binary"
 	"errors"
+	"sync"
 	"time"
 
 	"github.com/hcasim/hcasim/cq"
@@ -30,6 +31,25 @@ type request struct {
 	swapAdd   uint64
 	compare   uint64
 	solicited bool
+
+	// dstMu guards the requester's memory (dst) against a responder that
+	// writes it after the WQE retired: a READ served again for a
+	// retransmission whose first answer already completed it, or a
+	// response racing a flush. Responders write dst holding it unless
+	// retired; the requester sets retired before the WQE's completion.
+	dstMu   sync.Mutex
+	retired bool
+}
+
+// retire marks the request's destination closed to responders (see
+// dstMu); it waits for a responder writing it.
+func (r *request) retire() {
+	if r == nil || r.dst == nil {
+		return
+	}
+	r.dstMu.Lock()
+	r.retired = true
+	r.dstMu.Unlock()
 }
 
 // respKind is a response's outcome: an ACK or a NAK.
@@ -143,6 +163,9 @@ func (qp *QP) step(s *reqState) {
 	st, attr, gen := qp.snapshot()
 	if gen != s.gen {
 		// Back to RESET: outstanding work is discarded without completions.
+		for _, p := range s.inflight {
+			p.req.retire()
+		}
 		qp.armTimer(s, 0, false)
 		*s = reqState{gen: gen, timer: s.timer}
 		qp.sqr.Reset()
@@ -480,6 +503,7 @@ func (qp *QP) complete(s *reqState) int {
 	n := 0
 	for ; n < len(s.inflight) && s.inflight[n].done; n++ {
 		p := s.inflight[n]
+		p.req.retire()
 		if p.synd != 0 {
 			qp.cqe(&cq.Fields{Opcode: cq.OpReqErr, QPN: qp.qpn, WQEOpcode: uint8(p.op), WQECounter: p.idx, Syndrome: p.synd}, true)
 			s.inflight = s.inflight[n+1:]
@@ -522,6 +546,7 @@ func (qp *QP) fatal() {
 func (qp *QP) flush(s *reqState) {
 	qp.armTimer(s, 0, false)
 	for _, p := range s.inflight {
+		p.req.retire()
 		qp.cqe(&cq.Fields{Opcode: cq.OpReqErr, QPN: qp.qpn, WQEOpcode: uint8(p.op), WQECounter: p.idx, Syndrome: cq.SyndromeWRFlush}, true)
 	}
 	s.inflight = s.inflight[:0]

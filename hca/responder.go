@@ -267,7 +267,11 @@ func (qp *QP) serveReadKind(r *request, a *qpAttr) (respKind, uint32) {
 	if err != nil {
 		return respAccess, 0
 	}
-	qp.moveData(r.from, r.dst, r.dstSig, src, ssig)
+	r.dstMu.Lock()
+	if !r.retired {
+		qp.moveData(r.from, r.dst, r.dstSig, src, ssig)
+	}
+	r.dstMu.Unlock()
 	return respACK, uint32(r.length)
 }
 
@@ -298,7 +302,11 @@ func (qp *QP) serveAtomic(r *request, a *qpAttr) respKind {
 	scatterFrom(segs, word[:])
 	qp.dev.atomicMu.Unlock()
 	binary.BigEndian.PutUint64(word[:], old)
-	scatterFrom(r.dst, word[:])
+	r.dstMu.Lock()
+	if !r.retired {
+		scatterFrom(r.dst, word[:])
+	}
+	r.dstMu.Unlock()
 	return respACK
 }
 
