@@ -915,7 +915,17 @@ func ieOldAPI(t *testing.T, s *suite) {
 	ieReadFails(t, "READ through the invalidated signature key", a, b, old, 9)
 	regSig(10)
 	sameBytes(t, "READ after REG_SIG_MR again", readAll("READ after REG_SIG_MR again", sig.RKey, 11), good)
+	// REG_SIG_MR too needs CheckMRStatus since the last registration
+	// (mlx5's set_sig_umr_wr): refused at post, nothing posted.
+	ieInv(t, ea, sig.RKey, 12)
+	sig.IncKey()
+	if n, err := ea.qp.PostSend([]verbs.SendWR{{WRID: 13, Opcode: verbs.WRRegSigMR, Flags: verbs.SendSignaled, MR: sig,
+		SG: []verbs.SGE{dmr.SGE(0, ieDataLen)}, Prot: &prot, Access: ieAcc}}); n != 0 || !errors.Is(err, verbs.ErrInvalid) {
+		t.Errorf("REG_SIG_MR without a status check: posted %d, %v; want 0, ErrInvalid", n, err)
+	}
+	quietCQ(t, ea.scq, quiet, "refused REG_SIG_MR")
 	ieWantNoErr(t, "signature MR status", ea, sig)
+	regSig(14)
 }
 
 // ieSendWithInv: the peer invalidates the host's signature key with

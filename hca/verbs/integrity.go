@@ -453,15 +453,21 @@ func (qp *QP) postIntegrity(wr *SendWR) error {
 	mr.mu.Lock()
 	defer mr.mu.Unlock()
 	g := mr.integ
+	// Both APIs need CheckMRStatus since the last registration (mlx5's
+	// sig_status_checked; set_sig_umr_wr checked it for REG_SIG_MR too).
+	if !checked {
+		name := "REG_MR_INTEGRITY"
+		if wr.Opcode == WRRegSigMR {
+			name = "REG_SIG_MR"
+		}
+		return fmt.Errorf("%s before the status of the last registration was checked: %w", name, ErrInvalid)
+	}
 	var dataKey, protKey klm.Key
 	interleaved := false
 	fence := qp.umrFence()
 	if wr.Opcode == WRRegMRIntegrity {
 		if mr.typ != MRTypeIntegrity || len(wr.SG) != 0 {
 			return fmt.Errorf("REG_MR_INTEGRITY with %d SGEs or a non-integrity MR: %w", len(wr.SG), ErrInvalid)
-		}
-		if !checked {
-			return fmt.Errorf("REG_MR_INTEGRITY before the status of the last registration was checked: %w", ErrInvalid)
 		}
 		dataKey = klm.ReservedLKey
 		if g.mode != piPA {
@@ -534,11 +540,9 @@ func (qp *QP) postIntegrity(wr *SendWR) error {
 		}
 	}
 	qp.fmCache = sq.FenceInitiatorSmall
-	if wr.Opcode == WRRegMRIntegrity {
-		c.mu.Lock()
-		g.checked = false
-		c.mu.Unlock()
-	}
+	c.mu.Lock()
+	g.checked = false
+	c.mu.Unlock()
 	return nil
 }
 
