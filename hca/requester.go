@@ -32,24 +32,27 @@ type request struct {
 	compare   uint64
 	solicited bool
 
-	// dstMu guards the requester's memory (dst) against a responder that
-	// writes it after the WQE retired: a READ served again for a
-	// retransmission whose first answer already completed it, or a
-	// response racing a flush. Responders write dst holding it unless
-	// retired; the requester sets retired before the WQE's completion.
-	dstMu   sync.Mutex
+	// memMu guards the requester's memory (src, dst) against a responder
+	// that reaches it after the WQE retired: a READ served again for a
+	// retransmission whose first answer already completed it, a request
+	// racing a flush, or one whose QP was destroyed (its function's memory
+	// may be unmapped next). A responder serves a request holding memMu,
+	// and drops it if retired, as if its packets never arrived; the
+	// requester sets retired before the WQE's completion, flush or reset,
+	// and when its QP stops.
+	memMu   sync.Mutex
 	retired bool
 }
 
-// retire marks the request's destination closed to responders (see
-// dstMu); it waits for a responder writing it.
+// retire closes the request's memory to responders (see memMu); it waits
+// for a responder serving it.
 func (r *request) retire() {
-	if r == nil || r.dst == nil {
+	if r == nil || (r.src == nil && r.dst == nil) {
 		return
 	}
-	r.dstMu.Lock()
+	r.memMu.Lock()
 	r.retired = true
-	r.dstMu.Unlock()
+	r.memMu.Unlock()
 }
 
 // respKind is a response's outcome: an ACK or a NAK.
@@ -113,6 +116,11 @@ func (qp *QP) requester() {
 	s := &reqState{timer: time.NewTimer(time.Hour)}
 	s.timer.Stop()
 	defer s.timer.Stop()
+	defer func() {
+		for _, p := range s.inflight {
+			p.req.retire()
+		}
+	}()
 	for {
 		select {
 		case <-qp.stop:

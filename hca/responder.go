@@ -105,6 +105,13 @@ func (qp *QP) serve(s *respState, r *request) {
 	if !s.psnInit {
 		s.expected, s.psnInit = a.rqPSN, true
 	}
+	if r.src != nil || r.dst != nil {
+		r.memMu.Lock()
+		defer r.memMu.Unlock()
+		if r.retired {
+			return // the requester is gone or done with it: never delivered
+		}
+	}
 	if r.psn != s.expected {
 		if (s.expected-r.psn)&0xFFFFFF < 1<<23 {
 			// A duplicate of a request already executed (its requester timed
@@ -267,11 +274,7 @@ func (qp *QP) serveReadKind(r *request, a *qpAttr) (respKind, uint32) {
 	if err != nil {
 		return respAccess, 0
 	}
-	r.dstMu.Lock()
-	if !r.retired {
-		qp.moveData(r.from, r.dst, r.dstSig, src, ssig)
-	}
-	r.dstMu.Unlock()
+	qp.moveData(r.from, r.dst, r.dstSig, src, ssig)
 	return respACK, uint32(r.length)
 }
 
@@ -302,11 +305,7 @@ func (qp *QP) serveAtomic(r *request, a *qpAttr) respKind {
 	scatterFrom(segs, word[:])
 	qp.dev.atomicMu.Unlock()
 	binary.BigEndian.PutUint64(word[:], old)
-	r.dstMu.Lock()
-	if !r.retired {
-		scatterFrom(r.dst, word[:])
-	}
-	r.dstMu.Unlock()
+	scatterFrom(r.dst, word[:])
 	return respACK
 }
 
