@@ -187,6 +187,12 @@ func (b Out) Err(opcode uint16) error {
 	return &CmdError{Opcode: opcode, Status: b.Status(), Syndrome: b.Syndrome(), Msg: msg}
 }
 
+// FailOut returns a failed output mailbox with a status, a syndrome and a
+// reason: what a transport returns for a command it could not deliver.
+func FailOut(st Status, syndrome uint32, reason string) Out {
+	return failOut(st, syndrome, "%s", reason)
+}
+
 // okOut returns a successful output of n bytes.
 func okOut(n int) Out { return make(Out, max(n, OutHeaderSize)) }
 

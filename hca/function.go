@@ -157,14 +157,38 @@ func (f *Func) AllocDMA(n int, align int) ([]byte, uint64, error) {
 		off++
 	}
 	buf := raw[off : off+n : off+n]
+	iova, err := f.mapDMA(buf, align)
+	if err != nil {
+		return nil, 0, err
+	}
+	return buf, iova, nil
+}
+
+// MapDMA maps memory the caller owns (a transport's shared memory) as if
+// AllocDMA had returned it: at a fresh IOVA aligned to align (at least a
+// page), released with FreeDMA.
+func (f *Func) MapDMA(buf []byte, align int) (uint64, error) {
+	if len(buf) == 0 || align <= 0 || align&(align-1) != 0 {
+		return 0, fmt.Errorf("map dma %d bytes aligned %d: %w", len(buf), align, klm.ErrEmptyMap)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.closed {
+		return 0, ErrClosed
+	}
+	return f.mapDMA(buf, align)
+}
+
+// mapDMA maps buf at the next free IOVA; called with f.mu held.
+func (f *Func) mapDMA(buf []byte, align int) (uint64, error) {
 	a := uint64(max(align, 4096))
 	iova := (f.dmaNext + a - 1) &^ (a - 1)
 	if err := f.mem.Map(iova, buf); err != nil {
-		return nil, 0, err
+		return 0, err
 	}
-	f.dmaNext = iova + uint64(n) + 4096 // a guard gap between allocations
+	f.dmaNext = iova + uint64(len(buf)) + 4096 // a guard gap between allocations
 	f.dma[iova] = buf
-	return buf, iova, nil
+	return iova, nil
 }
 
 // FreeDMA implements Function.FreeDMA.
@@ -228,6 +252,21 @@ func (f *Func) event(t EventType, obj uint32) {
 	select {
 	case f.evSig <- struct{}{}:
 	default:
+	}
+}
+
+// Quiesce moves every QP of the function to error, so that outstanding
+// and posted work completes with flush errors (a daemon shutting down does
+// this before it closes its functions).
+func (f *Func) Quiesce() {
+	f.mu.Lock()
+	qps := make([]*QP, 0, len(f.qps))
+	for _, qp := range f.qps {
+		qps = append(qps, qp)
+	}
+	f.mu.Unlock()
+	for _, qp := range qps {
+		qp.toError()
 	}
 }
 

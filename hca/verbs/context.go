@@ -17,6 +17,7 @@ import (
 	"unsafe"
 
 	"github.com/hcasim/hcasim/hca"
+	"github.com/hcasim/hcasim/hca/remote"
 )
 
 // Errors callers branch on.
@@ -261,4 +262,21 @@ func (pd *PD) Dealloc() error {
 		return fmt.Errorf("dealloc pd %d: %w", pd.pdn, err)
 	}
 	return nil
+}
+
+// Dial connects to an hcasim daemon (hcasim serve) at the Unix socket path
+// and returns a context on a function of its device: the same API as
+// Open, with memory shared with the daemon (only Alloc'd memory can be
+// registered).
+func Dial(path string) (*Context, error) {
+	fn, err := remote.Dial(path)
+	if err != nil {
+		return nil, err
+	}
+	c, err := New(fn)
+	if err != nil {
+		fn.Close()
+		return nil, err
+	}
+	return c, nil
 }

@@ -1,0 +1,485 @@
+package remote
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"sync"
+	"syscall"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/hcasim/hcasim/hca"
+)
+
+// Server serves a device's functions over Unix sockets: every connection
+// is a function of its own (its own DMA address space, PDs, objects and
+// limits), and QPs of different connections may connect to one another as
+// the functions of one HCA.
+type Server struct {
+	// Dev is the device served.
+	Dev *hca.Device
+	// Log receives connection-level records; nil discards them.
+	Log *slog.Logger
+	// MaxMaps bounds each client's live MAP_MEM mappings (0: 65536). The
+	// bytes mapped are bounded by the device's MaxMappedBytes per function.
+	MaxMaps int
+
+	mu        sync.Mutex
+	listeners map[*net.UnixListener]struct{}
+	conns     map[*conn]struct{}
+	stopping  bool
+	wg        sync.WaitGroup
+}
+
+// Listen creates a SOCK_SEQPACKET Unix socket at path, mode 0600. A stale
+// socket file nobody listens on is replaced; any other file is not.
+func Listen(path string) (*net.UnixListener, error) {
+	if fi, err := os.Lstat(path); err == nil {
+		if fi.Mode()&os.ModeSocket == 0 {
+			return nil, fmt.Errorf("listen %s: exists and is not a socket", path)
+		}
+		if c, err := net.Dial("unixpacket", path); err == nil {
+			c.Close()
+			return nil, fmt.Errorf("listen %s: a daemon is already serving it", path)
+		}
+		os.Remove(path)
+	}
+	old := syscall.Umask(0o177)
+	l, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: path, Net: "unixpacket"})
+	syscall.Umask(old)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.Chmod(path, 0o600); err != nil {
+		l.Close()
+		return nil, err
+	}
+	return l, nil
+}
+
+func (s *Server) log() *slog.Logger {
+	if s.Log == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return s.Log
+}
+
+// Serve accepts connections on l until l is closed (Shutdown closes it)
+// and serves each on its own goroutine. It returns nil after Shutdown.
+func (s *Server) Serve(l *net.UnixListener) error {
+	s.mu.Lock()
+	if s.stopping {
+		s.mu.Unlock()
+		l.Close()
+		return nil
+	}
+	if s.listeners == nil {
+		s.listeners = map[*net.UnixListener]struct{}{}
+	}
+	s.listeners[l] = struct{}{}
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.listeners, l)
+		s.mu.Unlock()
+	}()
+	for {
+		c, err := l.AcceptUnix()
+		if err != nil {
+			s.mu.Lock()
+			stopping := s.stopping
+			s.mu.Unlock()
+			if stopping || errors.Is(err, net.ErrClosed) {
+				return nil
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				continue
+			}
+			// EMFILE and the like: back off and keep serving the others.
+			s.log().Warn("accept", "err", err)
+			time.Sleep(10 * time.Millisecond)
+			continue
+		}
+		s.ServeConn(c)
+	}
+}
+
+// ServeConn serves one connection (already accepted) on a new goroutine.
+func (s *Server) ServeConn(c *net.UnixConn) {
+	cn := &conn{s: s, c: c, maps: map[uint64][]byte{}, stop: make(chan struct{})}
+	s.mu.Lock()
+	if s.stopping {
+		s.mu.Unlock()
+		c.Close()
+		return
+	}
+	if s.conns == nil {
+		s.conns = map[*conn]struct{}{}
+	}
+	s.conns[cn] = struct{}{}
+	s.wg.Add(1)
+	s.mu.Unlock()
+	go func() {
+		defer s.wg.Done()
+		cn.serve()
+		s.mu.Lock()
+		delete(s.conns, cn)
+		s.mu.Unlock()
+	}()
+}
+
+// Shutdown stops the server: listeners close, every function's QPs move to
+// error so that all outstanding work completes with flush errors in the
+// clients' CQs, then, after grace (for clients to see them), connections
+// close, QPs stop and memory is unmapped once no DMA is in flight.
+func (s *Server) Shutdown(grace time.Duration) {
+	s.mu.Lock()
+	s.stopping = true
+	for l := range s.listeners {
+		l.Close()
+	}
+	conns := make([]*conn, 0, len(s.conns))
+	for c := range s.conns {
+		conns = append(conns, c)
+	}
+	s.mu.Unlock()
+	for _, c := range conns {
+		c.quiesce()
+	}
+	if len(conns) > 0 && grace > 0 {
+		time.Sleep(grace)
+	}
+	for _, c := range conns {
+		c.c.Close()
+	}
+	s.wg.Wait()
+}
+
+// conn is one client connection: one function.
+type conn struct {
+	s  *Server
+	c  *net.UnixConn
+	id string
+
+	wmu sync.Mutex // one writer at a time
+
+	mu   sync.Mutex // fn, maps, dead
+	fn   *hca.Func
+	maps map[uint64][]byte // IOVA → the daemon's mapping of the client's memfd
+	dead [][]byte          // unmapped regions, held as private placeholders until close
+
+	stop chan struct{}
+}
+
+func (c *conn) serve() {
+	log := c.s.log().With("conn", fmt.Sprintf("%p", c))
+	log.Info("client connected")
+	defer func() {
+		c.close()
+		log.Info("client disconnected")
+	}()
+	buf := make([]byte, MaxMessage+1)
+	oob := make([]byte, unix.CmsgSpace(4*8))
+	for {
+		n, oobn, flags, _, err := c.c.ReadMsgUnix(buf, oob)
+		if err != nil || n == 0 {
+			return // closed, or the peer shut down (a zero-length packet)
+		}
+		fds, ferr := parseFDs(oob[:oobn])
+		if flags&(unix.MSG_TRUNC|unix.MSG_CTRUNC) != 0 || n > MaxMessage {
+			closeFDs(fds)
+			log.Warn("oversized message", "bytes", n)
+			c.send(Encode(nil, TypeError, 0, errorPayload(StatusBadMessage, "message too large")))
+			return
+		}
+		if ferr != nil {
+			closeFDs(fds)
+			c.send(Encode(nil, TypeError, 0, errorPayload(StatusBadFD, ferr.Error())))
+			continue
+		}
+		reply, fatal := c.handle(buf[:n], fds)
+		if reply != nil {
+			if err := c.send(reply); err != nil {
+				return
+			}
+		}
+		if fatal {
+			log.Warn("closing the connection after a protocol violation")
+			return
+		}
+	}
+}
+
+// send writes one message.
+func (c *conn) send(msg []byte) error {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	_, err := c.c.Write(msg)
+	return err
+}
+
+// handle executes one message and returns the reply (nil: none), and
+// whether the connection must close. It owns fds: each is consumed or
+// closed.
+func (c *conn) handle(p []byte, fds []int) (reply []byte, fatal bool) {
+	defer closeFDs(fds) // MAP_MEM takes its descriptor out first
+	h, pl, err := Decode(p)
+	if err != nil {
+		return Encode(nil, TypeError, h.ID, errorPayload(StatusBadMessage, err.Error())), false
+	}
+	fail := func(st Status, format string, args ...any) ([]byte, bool) {
+		return Encode(nil, TypeError, h.ID, errorPayload(st, fmt.Sprintf(format, args...))), false
+	}
+	if h.Type != TypeMapMem && len(fds) > 0 {
+		return fail(StatusBadFD, "%v carries no descriptor", h.Type)
+	}
+	c.mu.Lock()
+	fn := c.fn
+	c.mu.Unlock()
+	if fn == nil && h.Type != TypeHello {
+		return Encode(nil, TypeError, h.ID, errorPayload(StatusNotReady, "the first message must be HELLO")), true
+	}
+	switch h.Type {
+	case TypeHello:
+		return c.hello(h, pl)
+	case TypeCommand:
+		out := fn.Command(pl)
+		if len(out) > MaxMessage-HeaderSize {
+			out = hca.FailOut(hca.StatusBadOutLen, 0, "output mailbox larger than a message")
+		}
+		return Encode(nil, TypeCommand|ReplyBit, h.ID, out), false
+	case TypeMapMem:
+		if len(pl) != mapSize {
+			return fail(StatusBadMessage, "MAP_MEM payload of %d bytes", len(pl))
+		}
+		if len(fds) != 1 {
+			return fail(StatusBadFD, "MAP_MEM with %d descriptors, want 1", len(fds))
+		}
+		fd := fds[0]
+		fds[0] = -1
+		iova, st, err := c.mapMem(fd, be64(pl), be32(pl[8:]))
+		unix.Close(fd)
+		if st != StatusOK {
+			return fail(st, "%v", err)
+		}
+		r := binary.BigEndian.AppendUint32(nil, uint32(StatusOK))
+		r = binary.BigEndian.AppendUint32(r, 0)
+		r = binary.BigEndian.AppendUint64(r, iova)
+		return Encode(nil, TypeMapMem|ReplyBit, h.ID, r), false
+	case TypeUnmap:
+		if len(pl) != unmapSize {
+			return fail(StatusBadMessage, "UNMAP payload of %d bytes", len(pl))
+		}
+		if err := c.unmap(be64(pl)); err != nil {
+			return fail(StatusNotMapped, "%v", err)
+		}
+		return Encode(nil, TypeUnmap|ReplyBit, h.ID, binary.BigEndian.AppendUint32(nil, uint32(StatusOK))), false
+	case TypeRingSQ, TypeRingRQ:
+		if len(pl) != ringSize {
+			return fail(StatusBadMessage, "%v payload of %d bytes", h.Type, len(pl))
+		}
+		if h.Type == TypeRingSQ {
+			fn.RingSQ(be32(pl))
+		} else {
+			fn.RingRQ(be32(pl))
+		}
+		return nil, false
+	case TypeArmCQ:
+		if len(pl) != armSize {
+			return fail(StatusBadMessage, "ARM_CQ payload of %d bytes", len(pl))
+		}
+		fn.ArmCQ(be32(pl), be32(pl[4:]))
+		if h.ID == 0 {
+			return nil, false
+		}
+		return Encode(nil, TypeArmCQ|ReplyBit, h.ID, binary.BigEndian.AppendUint32(nil, uint32(StatusOK))), false
+	}
+	return fail(StatusUnknownType, "unknown message type %#x", uint16(h.Type))
+}
+
+func (c *conn) hello(h Header, pl []byte) ([]byte, bool) {
+	refuse := func(st Status, msg string) ([]byte, bool) {
+		return Encode(nil, TypeError, h.ID, errorPayload(st, msg)), true
+	}
+	if len(pl) != helloSize || be32(pl) != Magic {
+		return refuse(StatusBadMessage, "HELLO needs the magic HCAS")
+	}
+	if v := binary.BigEndian.Uint16(pl[4:]); v != Version {
+		return refuse(StatusBadVersion, fmt.Sprintf("version %d; this daemon speaks %d", v, Version))
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.fn != nil {
+		return refuse(StatusBadMessage, "a second HELLO")
+	}
+	fn, err := c.s.Dev.Open()
+	if err != nil {
+		return refuse(StatusShutdown, err.Error())
+	}
+	c.fn = fn
+	go c.events(fn)
+	r := binary.BigEndian.AppendUint32(nil, uint32(StatusOK))
+	r = binary.BigEndian.AppendUint16(r, Version)
+	r = binary.BigEndian.AppendUint16(r, c.s.Dev.LID())
+	r = binary.BigEndian.AppendUint32(r, MaxMessage)
+	return Encode(nil, TypeHello|ReplyBit, h.ID, r), false
+}
+
+// events forwards the function's events to the client.
+func (c *conn) events(fn *hca.Func) {
+	var evs []hca.Event
+	for {
+		select {
+		case <-c.stop:
+			return
+		case <-fn.Events():
+		}
+		evs = fn.DrainEvents(evs[:0])
+		for len(evs) > 0 {
+			n := min(len(evs), (MaxMessage-HeaderSize)/eventSize)
+			p := make([]byte, 0, n*eventSize)
+			for _, e := range evs[:n] {
+				p = append(p, uint8(e.Type), 0, 0, 0)
+				p = binary.BigEndian.AppendUint32(p, e.Obj)
+			}
+			evs = evs[n:]
+			if c.send(Encode(nil, TypeEvents, 0, p)) != nil {
+				return
+			}
+		}
+	}
+}
+
+// mapMem maps a client's memfd and makes it the function's DMA memory.
+func (c *conn) mapMem(fd int, size uint64, align uint32) (uint64, Status, error) {
+	if size == 0 || size > 1<<40 || uint64(int(size)) != size || align == 0 || align&(align-1) != 0 || align > 1<<30 {
+		return 0, StatusBadMessage, fmt.Errorf("map of %d bytes aligned %d", size, align)
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG || uint64(st.Size) < size {
+		return 0, StatusBadFD, fmt.Errorf("descriptor is not a regular file of at least %d bytes", size)
+	}
+	// A client that could shrink the file would turn the daemon's next
+	// access into SIGBUS: the memfd must be sealed against shrinking.
+	seals, err := unix.FcntlInt(uintptr(fd), unix.F_GET_SEALS, 0)
+	if err != nil || seals&unix.F_SEAL_SHRINK == 0 {
+		return 0, StatusBadFD, errors.New("the memfd is not sealed with F_SEAL_SHRINK")
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	max := c.s.MaxMaps
+	if max <= 0 {
+		max = 65536
+	}
+	if len(c.maps) >= max {
+		return 0, StatusNoMemory, fmt.Errorf("%d mappings: the limit", len(c.maps))
+	}
+	mem, err := unix.Mmap(fd, 0, int(size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		return 0, StatusNoMemory, fmt.Errorf("mmap: %w", err)
+	}
+	iova, err := c.fn.MapDMA(mem, int(align))
+	if err != nil {
+		unix.Munmap(mem)
+		return 0, StatusNoMemory, err
+	}
+	c.maps[iova] = mem
+	return iova, StatusOK, nil
+}
+
+// unmap takes a mapping away from the function. Work still in flight may
+// hold its pages, so the range is not unmapped but replaced by private
+// zero pages (the client's memory is no longer reachable, a late access
+// touches nothing of the client's), and unmapped when the connection
+// closes, after the function's QPs have stopped.
+func (c *conn) unmap(iova uint64) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	mem, ok := c.maps[iova]
+	if !ok {
+		return fmt.Errorf("no mapping at %#x", iova)
+	}
+	if err := c.fn.FreeDMA(iova); err != nil {
+		return err
+	}
+	delete(c.maps, iova)
+	if _, err := unix.MmapPtr(-1, 0, unsafe.Pointer(unsafe.SliceData(mem)), uintptr(len(mem)),
+		unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_FIXED); err != nil {
+		// Keep the shared mapping until close rather than fail.
+		c.s.log().Warn("unmap placeholder", "err", err)
+	}
+	c.dead = append(c.dead, mem)
+	return nil
+}
+
+// quiesce moves the function's QPs to error (Shutdown).
+func (c *conn) quiesce() {
+	c.mu.Lock()
+	fn := c.fn
+	c.mu.Unlock()
+	if fn != nil {
+		fn.Quiesce()
+	}
+}
+
+// close releases the function, then the memory, then the connection: the
+// function's Close returns once its QPs stopped and no peer serves their
+// requests any more; the client sees the connection end after that.
+func (c *conn) close() {
+	close(c.stop)
+	c.mu.Lock()
+	fn := c.fn
+	c.mu.Unlock()
+	if fn != nil {
+		fn.Close()
+	}
+	c.mu.Lock()
+	for _, m := range c.maps {
+		unix.Munmap(m)
+	}
+	for _, m := range c.dead {
+		unix.Munmap(m)
+	}
+	c.maps, c.dead = nil, nil
+	c.mu.Unlock()
+	c.c.Close()
+}
+
+// parseFDs returns the descriptors of SCM_RIGHTS messages in oob.
+func parseFDs(oob []byte) ([]int, error) {
+	if len(oob) == 0 {
+		return nil, nil
+	}
+	msgs, err := unix.ParseSocketControlMessage(oob)
+	if err != nil {
+		return nil, fmt.Errorf("control message: %w", err)
+	}
+	var fds []int
+	for i := range msgs {
+		f, err := unix.ParseUnixRights(&msgs[i])
+		if err != nil {
+			closeFDs(fds)
+			return nil, fmt.Errorf("control message: %w", err)
+		}
+		fds = append(fds, f...)
+	}
+	if len(fds) > MaxFDs {
+		return fds, fmt.Errorf("%d descriptors in one message", len(fds))
+	}
+	return fds, nil
+}
+
+func closeFDs(fds []int) {
+	for _, fd := range fds {
+		if fd >= 0 {
+			unix.Close(fd)
+		}
+	}
+}
