@@ -5,6 +5,9 @@
 //
 //	hcasim conform [-v] FILE_OR_DIR...   run PI conformance vectors
 //	hcasim speed [--json] [--filter S]   measure guard and PI kernels
+//	hcasim perf write|read|send ...      RDMA over QP pairs, in process or --connect
+//	hcasim demo                          an NVMe-oF-style write and read with PI
+//	hcasim serve [--socket PATH]         the device as a daemon on a Unix socket
 //
 // Every subcommand answers --help with its usage and an example.
 package main
@@ -27,7 +30,7 @@ type command struct {
 	flags   func(fs *flag.FlagSet)
 }
 
-var commands = []*command{conformCmd, speedCmd, perfCmd, demoCmd}
+var commands = []*command{conformCmd, speedCmd, perfCmd, demoCmd, serveCmd}
 
 // errUsage reports bad arguments; the usage has already been printed.
 var errUsage = errors.New("usage")

@@ -4,9 +4,14 @@ import (
 	"bytes"
 	"encoding/json"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
+
+	"github.com/hcasim/hcasim/hca/verbs"
 )
 
 func runCLI(args ...string) (code int, stdout, stderr string) {
@@ -161,5 +166,110 @@ func TestDemo(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("demo output lacks %q", want)
 		}
+	}
+}
+
+// TestMain lets a test run the binary's main as a child process
+// (HCASIM_TEST_MAIN=1), for commands that need signals.
+func TestMain(m *testing.M) {
+	if os.Getenv("HCASIM_TEST_MAIN") == "1" {
+		os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+	}
+	os.Exit(m.Run())
+}
+
+// hcasimChild starts hcasim with args as a child process.
+func hcasimChild(t *testing.T, args ...string) (*exec.Cmd, *bytes.Buffer) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], args...)
+	cmd.Env = append(os.Environ(), "HCASIM_TEST_MAIN=1")
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	return cmd, &out
+}
+
+func waitSocket(t *testing.T, path string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if fi, err := os.Stat(path); err == nil && fi.Mode()&os.ModeSocket != 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no socket at %s", path)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// hcasim serve in its own process: a client drives it, perf --connect runs
+// against it, and on SIGTERM the client's posted receives complete with
+// flush errors before the daemon exits 0 and removes its socket.
+func TestServe(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "d.sock")
+	cmd, out := hcasimChild(t, "serve", "--socket", sock, "--grace", "2s", "--log-level", "debug")
+	waitSocket(t, sock)
+	if fi, _ := os.Stat(sock); fi.Mode().Perm() != 0o600 {
+		t.Errorf("socket mode %v, want 0600", fi.Mode().Perm())
+	}
+	code, pout, perr := runCLI("perf", "write", "--size", "4096", "--qd", "4", "--duration", "200ms", "--connect", sock, "--json")
+	var r perfResult
+	if code != 0 || json.Unmarshal([]byte(pout), &r) != nil || r.OpsPerSec <= 0 {
+		t.Fatalf("perf --connect: exit %d, %q, %q", code, pout, perr)
+	}
+
+	ctx, err := verbs.Dial(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ctx.Close()
+	pd, _ := ctx.AllocPD()
+	cq, err := ctx.CreateCQ(16, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	qp, err := pd.CreateQP(&verbs.QPInitAttr{SendCQ: cq, RecvCQ: cq, Cap: verbs.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := qp.Connect(qp.Info(), nil); err != nil { // looped back to itself
+		t.Fatal(err)
+	}
+	buf, _ := ctx.Alloc(4096)
+	mr, err := pd.RegMR(buf, verbs.AccessLocalWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := qp.PostRecv([]verbs.RecvWR{{WRID: 7, SG: []verbs.SGE{mr.SGE(0, 64)}}, {WRID: 8, SG: []verbs.SGE{mr.SGE(64, 64)}}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	var got []verbs.WC
+	wcs := make([]verbs.WC, 4)
+	for deadline := time.Now().Add(5 * time.Second); len(got) < 2 && time.Now().Before(deadline); {
+		n, _ := cq.Poll(wcs)
+		got = append(got, wcs[:n]...)
+		time.Sleep(time.Millisecond)
+	}
+	if len(got) != 2 || got[0].WRID != 7 || got[1].WRID != 8 || got[0].Status != verbs.WCWRFlushErr || got[1].Status != verbs.WCWRFlushErr {
+		t.Errorf("completions after SIGTERM: %+v, want receives 7 and 8 flushed", got)
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("daemon exit: %v\n%s", err, out)
+	}
+	if _, err := os.Stat(sock); !os.IsNotExist(err) {
+		t.Errorf("socket left behind: %v", err)
+	}
+	if !strings.Contains(out.String(), "stopped") {
+		t.Errorf("no stop record in the log:\n%s", out)
+	}
+	if _, err := pd.AllocMR(verbs.MRTypeMemReg, 4); err == nil {
+		t.Error("a command succeeded after the daemon stopped")
 	}
 }

@@ -25,12 +25,13 @@ var perfOpts struct {
 	pi       *string
 	interval *int
 	cpuprof  *string
+	connect  *string
 }
 
 var perfCmd = &command{
 	name:    "perf",
 	summary: "measure RDMA operations over an in-process QP pair (like perftest's ib_write_bw / ib_write_lat)",
-	usage:   "write|read|send [--size N] [--qd N] [--duration D] [--pi none|insert|strip|pass] [--interval 512|4096] [--json]",
+	usage:   "write|read|send [--size N] [--qd N] [--duration D] [--pi none|insert|strip|pass] [--interval 512|4096] [--connect SOCKET] [--json]",
 	example: "hcasim perf write --size 64 --qd 32 --duration 3s",
 	flags: func(fs *flag.FlagSet) {
 		perfOpts.size = fs.Int("size", 64, "message size in bytes")
@@ -40,6 +41,7 @@ var perfCmd = &command{
 		perfOpts.pi = fs.String("pi", "none", "protection information through a signature key on the data's side: none, insert (memory plain, wire T10-DIF), strip (memory T10-DIF, wire plain) or pass (both)")
 		perfOpts.interval = fs.Int("interval", 4096, "protection interval for --pi")
 		perfOpts.cpuprof = fs.String("cpuprofile", "", "write a CPU profile of the run to this file (go tool pprof)")
+		perfOpts.connect = fs.String("connect", "", "run against the daemon at this socket (hcasim serve): both sides are clients of it")
 	},
 	run: runPerf,
 }
@@ -114,7 +116,13 @@ func runPerf(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) error {
 		}
 		defer pprof.StopCPUProfile()
 	}
-	res, err := perfRun(wrOp, size, qd, dur, &pi, progress)
+	open := func() (*verbs.Context, error) { return verbs.Dial(*perfOpts.connect) }
+	if *perfOpts.connect == "" {
+		dev := hca.New(hca.Options{})
+		defer dev.Close()
+		open = func() (*verbs.Context, error) { return verbs.Open(dev) }
+	}
+	res, err := perfRun(open, wrOp, size, qd, dur, &pi, progress)
 	if err != nil {
 		return err
 	}
@@ -199,8 +207,8 @@ func (p *perfPI) sigKey(e *perfEnd, size int) (uint32, int, error) {
 	return mr.RKey, wire, nil
 }
 
-func perfSide(dev *hca.Device, qd, bufSize int) (*perfEnd, error) {
-	ctx, err := verbs.Open(dev)
+func perfSide(open func() (*verbs.Context, error), qd, bufSize int) (*perfEnd, error) {
+	ctx, err := open()
 	if err != nil {
 		return nil, err
 	}
@@ -227,18 +235,18 @@ func perfSide(dev *hca.Device, qd, bufSize int) (*perfEnd, error) {
 
 // perfRun keeps qd operations of size bytes outstanding for dur and
 // measures completions and post-to-completion latency.
-func perfRun(op verbs.WROpcode, size, qd int, dur time.Duration, pi *perfPI, progress io.Writer) (*perfResult, error) {
-	dev := hca.New(hca.Options{})
-	defer dev.Close()
+func perfRun(open func() (*verbs.Context, error), op verbs.WROpcode, size, qd int, dur time.Duration, pi *perfPI, progress io.Writer) (*perfResult, error) {
 	bufSize := max(size+size/512*8+8, 64)
-	a, err := perfSide(dev, qd, bufSize)
+	a, err := perfSide(open, qd, bufSize)
 	if err != nil {
 		return nil, err
 	}
-	b, err := perfSide(dev, qd, bufSize)
+	defer a.ctx.Close()
+	b, err := perfSide(open, qd, bufSize)
 	if err != nil {
 		return nil, err
 	}
+	defer b.ctx.Close()
 	if err := a.qp.Connect(b.qp.Info(), nil); err != nil {
 		return nil, err
 	}
