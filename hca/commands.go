@@ -65,6 +65,7 @@ const (
 	QPInDBRec     = 48
 	QPInSize      = 56
 	QPFlagIntegr  = 1
+	QPFlagDBHint  = 2 // model extension: the send activity hint (sq.DBRecHintSize)
 	QPNOff        = 8 // CREATE_QP output; DESTROY_QP, modify and QUERY_QP input
 
 	// Modify QP input (RST2INIT … RTS2SQD): qpn at 8, opt_param_mask at

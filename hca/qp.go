@@ -78,6 +78,7 @@ type QP struct {
 	sqr      *sq.Ring
 	rqBuf    []byte
 	rqDB     []byte // receive counter word of the doorbell record
+	sqHint   []byte // the send activity hint word, or nil (QPFlagDBHint)
 	rqLog    uint8
 	rqStride uint8
 
@@ -126,7 +127,12 @@ func (f *Func) createQP(in In) Out {
 	if err != nil {
 		return failOut(StatusBadParam, 0, "receive queue: %v", err)
 	}
-	db, err := f.contiguous(in.U64(QPInDBRec), sq.DBRecSize)
+	flags := in.U32(QPInFlags)
+	dbSize := sq.DBRecSize
+	if flags&QPFlagDBHint != 0 {
+		dbSize = sq.DBRecHintSize
+	}
+	db, err := f.contiguous(in.U64(QPInDBRec), dbSize)
 	if err != nil || !dma.Aligned(db) {
 		return failOut(StatusBadParam, 0, "doorbell record: %v", err)
 	}
@@ -134,7 +140,6 @@ func (f *Func) createQP(in In) Out {
 	if err != nil {
 		return failOut(StatusBadParam, 0, "%v", err)
 	}
-	flags := in.U32(QPInFlags)
 	if flags&QPFlagIntegr != 0 && !c.SignatureHandover {
 		return failOut(StatusBadParam, 0, "integrity not supported")
 	}
@@ -156,6 +161,10 @@ func (f *Func) createQP(in In) Out {
 		sqr: sqr, rqBuf: rqBuf, rqDB: db[:4], rqLog: logRQ, rqStride: logStride,
 		bell: make(chan struct{}, 1), rbell: make(chan struct{}, 1),
 		acks: newMbox[response](2 * window), inbox: newMbox[*request](2 * window), stop: make(chan struct{}),
+	}
+	if flags&QPFlagDBHint != 0 {
+		qp.sqHint = db[8:12]
+		dma.StoreBE32(qp.sqHint, 0)
 	}
 	n, ok := f.dev.allocQPN(qp)
 	if !ok {

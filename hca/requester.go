@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/hcasim/hcasim/cq"
+	"github.com/hcasim/hcasim/internal/dma"
 	"github.com/hcasim/hcasim/klm"
 	"github.com/hcasim/hcasim/sq"
 	"github.com/hcasim/hcasim/umr"
@@ -109,6 +110,7 @@ type reqState struct {
 	answers uint64 // answers received, and the count when the timer was armed
 	armedAt uint64
 	scratch [sq.MaxWQEBBs * sq.WQEBBSize]byte
+	seenPI  uint16 // the send counter when the last step began
 }
 
 func (qp *QP) requester() {
@@ -122,6 +124,17 @@ func (qp *QP) requester() {
 		}
 	}()
 	for {
+		if qp.sqHint != nil {
+			// About to sleep: clear the activity hint, then look at the
+			// send counter once more; a driver that posted after our last
+			// look either sees the hint clear and rings, or is seen here.
+			dma.StoreBE32(qp.sqHint, 0)
+			if qp.sqr.Producer() != s.seenPI {
+				dma.StoreBE32(qp.sqHint, 1)
+				qp.stepOut(s)
+				continue
+			}
+		}
 		select {
 		case <-qp.stop:
 			return
@@ -132,9 +145,18 @@ func (qp *QP) requester() {
 			s.armed = false
 			qp.onTimer(s)
 		}
-		qp.step(s)
-		qp.flushOut(s)
+		if qp.sqHint != nil {
+			dma.StoreBE32(qp.sqHint, 1)
+		}
+		qp.stepOut(s)
 	}
+}
+
+// stepOut runs a step and hands its requests to the peer.
+func (qp *QP) stepOut(s *reqState) {
+	s.seenPI = qp.sqr.Producer()
+	qp.step(s)
+	qp.flushOut(s)
 }
 
 func (qp *QP) takeAcks(s *reqState) {

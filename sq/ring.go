@@ -17,6 +17,13 @@ var (
 // counter, word 1 the send counter (MLX5_RCV_DBR, MLX5_SND_DBR).
 const DBRecSize = 8
 
+// DBRecHintSize is the size of a doorbell record with the model's send
+// activity hint (CREATE_QP flag QPFlagDBHint): word 2, written by the
+// device, is non-zero while the send queue's engine runs and will read the
+// send counter again before it sleeps; a driver that sees it non-zero
+// after writing the send counter may skip the doorbell.
+const DBRecHintSize = 12
+
 // Ring is the device's view of a send queue: 2^logSize WQEBBs in host
 // memory and the send counter of the doorbell record. It is
 // thread-compatible: the queue's goroutine owns it.

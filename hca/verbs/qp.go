@@ -233,7 +233,7 @@ func (pd *PD) CreateQP(a *QPInitAttr) (*QP, error) {
 		c.fn.FreeDMA(qp.sqIO)
 		return nil, fmt.Errorf("create qp: %w", err)
 	}
-	if qp.db, qp.dbIO, err = c.dma(sq.DBRecSize, 64); err != nil {
+	if qp.db, qp.dbIO, err = c.dma(sq.DBRecHintSize, 64); err != nil {
 		c.fn.FreeDMA(qp.sqIO)
 		c.fn.FreeDMA(qp.rqIO)
 		return nil, fmt.Errorf("create qp: %w", err)
@@ -242,9 +242,11 @@ func (pd *PD) CreateQP(a *QPInitAttr) (*QP, error) {
 	qp.wrid, qp.wrop, qp.nbb = make([]uint64, n), make([]WROpcode, n), make([]uint8, n)
 	qp.rwrid = make([]uint64, 1<<qp.rqLog)
 	in := hca.NewIn(hca.CmdCreateQP, hca.QPInSize).Put32(hca.QPInPD, pd.pdn).Put32(hca.QPInSendCQ, a.SendCQ.cqn).Put32(hca.QPInRecvCQ, a.RecvCQ.cqn)
+	flags := uint32(hca.QPFlagDBHint) // ring only when the send engine sleeps
 	if a.Integrity {
-		in.Put32(hca.QPInFlags, hca.QPFlagIntegr)
+		flags |= hca.QPFlagIntegr
 	}
+	in.Put32(hca.QPInFlags, flags)
 	in.Put8(hca.QPInLogSQ, qp.sqLog).Put8(hca.QPInLogRQ, qp.rqLog).Put8(hca.QPInLogStride, qp.rqShift)
 	in.Put64(hca.QPInSQ, qp.sqIO).Put64(hca.QPInRQ, qp.rqIO).Put64(hca.QPInDBRec, qp.dbIO)
 	out, err := c.cmd(in)
@@ -471,10 +473,20 @@ func (qp *QP) PostSend(wrs []SendWR) (int, error) {
 	cur := qp.curPost
 	qp.smu.Unlock()
 	if posted > 0 {
-		dma.StoreBE32(qp.db[4:], uint32(cur))
-		qp.ctx.fn.RingSQ(qp.qpn)
+		qp.ringSQ(cur)
 	}
 	return posted, err
+}
+
+// ringSQ publishes the send counter and rings the doorbell unless the
+// device's activity hint says its send engine will read the counter again
+// anyway (the store and the load are both sequentially consistent, and the
+// device clears the hint before its last look).
+func (qp *QP) ringSQ(cur uint16) {
+	dma.StoreBE32(qp.db[4:], uint32(cur))
+	if dma.LoadBE32(qp.db[8:]) == 0 {
+		qp.ctx.fn.RingSQ(qp.qpn)
+	}
 }
 
 // fence returns the fence of a WR as mlx5's get_fence does, from the
@@ -764,8 +776,7 @@ func (qp *QP) PostRawWQE(wqe []byte, wrid uint64) error {
 	qp.curPost += uint16(nbb)
 	cur := qp.curPost
 	qp.smu.Unlock()
-	dma.StoreBE32(qp.db[4:], uint32(cur))
-	qp.ctx.fn.RingSQ(qp.qpn)
+	qp.ringSQ(cur)
 	return nil
 }
 
