@@ -52,10 +52,14 @@ conform:
 speed:
 	$(GO) run ./cmd/hcasim speed
 
-# The conformance vectors, then an NVMe-oF-style integrity write and read
-# through the model device (hcasim demo).
+# The conformance vectors, an NVMe-oF-style integrity write and read
+# through the model device (hcasim demo), then the device as a daemon on
+# ./hcasim.sock until Ctrl-C (hcasim serve; SOCKET=path to move it).
+SOCKET ?= hcasim.sock
 run: conform
 	$(GO) run ./cmd/hcasim demo
+	$(GO) build -o bin/hcasim ./cmd/hcasim
+	./bin/hcasim serve --socket $(SOCKET)
 
 clean:
 	rm -rf bin
