@@ -1,0 +1,98 @@
+package remote_test
+
+import (
+	"bytes"
+	"context"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hcasim/hcasim/hca"
+	"github.com/hcasim/hcasim/hca/remote"
+)
+
+// pyDaemon serves a fresh device on a fresh socket and returns its path.
+func pyDaemon(t *testing.T) string {
+	t.Helper()
+	dev := hca.New(hca.Options{})
+	t.Cleanup(func() { dev.Close() })
+	path := filepath.Join(t.TempDir(), "hcasim.sock")
+	l, err := remote.Listen(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &remote.Server{Dev: dev}
+	done := make(chan error, 1)
+	go func() { done <- s.Serve(l) }()
+	t.Cleanup(func() {
+		s.Shutdown(0)
+		if err := <-done; err != nil {
+			t.Errorf("serve: %v", err)
+		}
+	})
+	return path
+}
+
+// runPyClient runs scripts/pyclient.py against the socket and returns its
+// combined output, failing the test on a non-zero exit.
+func runPyClient(t *testing.T, python, sock string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, python, filepath.Join("..", "..", "scripts", "pyclient.py"), sock)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		t.Errorf("pyclient: %v\n%s", err, out.String())
+	}
+	return out.String()
+}
+
+// TestPyClient runs the Python client written from docs/PROTOCOL.md: HELLO,
+// memfd mappings, commands, a connected QP pair, MTT and PA mkeys, RDMA
+// WRITEs completed by polling and by an armed CQ's event, teardown and
+// shutdown(SHUT_WR).
+func TestPyClient(t *testing.T) {
+	python, err := exec.LookPath("python3")
+	if err != nil {
+		t.Skip("python3 not found")
+	}
+	sock := pyDaemon(t)
+	t.Log(runPyClient(t, python, sock))
+
+	// Two clients at once are two functions of the device; then the daemon
+	// still serves a Go client.
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			runPyClient(t, python, sock)
+		}()
+	}
+	wg.Wait()
+	c, err := remote.Dial(sock)
+	if err != nil {
+		t.Fatalf("dial after the Python clients: %v", err)
+	}
+	if out := hca.Out(c.Command(hca.NewIn(hca.CmdQueryHCACap, hca.InHeaderSize))); out.Status() != hca.StatusOK {
+		t.Errorf("QUERY_HCA_CAP after the Python clients: %v", out.Err(hca.CmdQueryHCACap))
+	}
+	c.Close()
+}
+
+// TestPyClientFails checks that the Python client reports a failure with a
+// message and a non-zero exit status (here: no daemon at the path).
+func TestPyClientFails(t *testing.T) {
+	python, err := exec.LookPath("python3")
+	if err != nil {
+		t.Skip("python3 not found")
+	}
+	cmd := exec.Command(python, filepath.Join("..", "..", "scripts", "pyclient.py"), filepath.Join(t.TempDir(), "none.sock"))
+	out, err := cmd.CombinedOutput()
+	if _, ok := err.(*exec.ExitError); !ok || !bytes.Contains(out, []byte("pyclient: FAIL")) {
+		t.Fatalf("pyclient without a daemon: %v\n%s", err, out)
+	}
+}
