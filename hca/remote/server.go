@@ -201,7 +201,14 @@ func (c *conn) serve() {
 		}
 		if ferr != nil {
 			closeFDs(fds)
-			c.send(Encode(nil, TypeError, 0, errorPayload(StatusBadFD, ferr.Error())))
+			// The refusal answers this request: echo its id (an ERROR with
+			// id 0 is about the connection as a whole, and a client ends
+			// it). A header too short to carry an id leaves 0.
+			var id uint32
+			if n >= HeaderSize {
+				id = binary.BigEndian.Uint32(buf[4:8])
+			}
+			c.send(Encode(nil, TypeError, id, errorPayload(StatusBadFD, ferr.Error())))
 			continue
 		}
 		reply, fatal := c.handle(buf[:n], fds)
@@ -319,6 +326,15 @@ func (c *conn) hello(h Header, pl []byte) ([]byte, bool) {
 	if c.fn != nil {
 		return refuse(StatusBadMessage, "a second HELLO")
 	}
+	// No new function once Shutdown began: quiesce would miss it (an
+	// accepted connection may send HELLO during the grace period). Checked
+	// with c.mu held, so that a HELLO that passes is seen by quiesce.
+	c.s.mu.Lock()
+	stopping := c.s.stopping
+	c.s.mu.Unlock()
+	if stopping {
+		return refuse(StatusShutdown, "the daemon is shutting down")
+	}
 	fn, err := c.s.Dev.Open()
 	if err != nil {
 		return refuse(StatusShutdown, err.Error())
@@ -362,15 +378,19 @@ func (c *conn) mapMem(fd int, size uint64, align uint32) (uint64, Status, error)
 	if size == 0 || size > 1<<40 || uint64(int(size)) != size || align == 0 || align&(align-1) != 0 || align > 1<<30 {
 		return 0, StatusBadMessage, fmt.Errorf("map of %d bytes aligned %d", size, align)
 	}
-	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG || uint64(st.Size) < size {
-		return 0, StatusBadFD, fmt.Errorf("descriptor is not a regular file of at least %d bytes", size)
-	}
 	// A client that could shrink the file would turn the daemon's next
 	// access into SIGBUS: the memfd must be sealed against shrinking.
+	// The seal is checked before the size: seals are never removed, so a
+	// size read after the check holds; read before it, the client (which
+	// keeps its own descriptor) could shrink the file in between and seal
+	// it then.
 	seals, err := unix.FcntlInt(uintptr(fd), unix.F_GET_SEALS, 0)
 	if err != nil || seals&unix.F_SEAL_SHRINK == 0 {
 		return 0, StatusBadFD, errors.New("the memfd is not sealed with F_SEAL_SHRINK")
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG || uint64(st.Size) < size {
+		return 0, StatusBadFD, fmt.Errorf("descriptor is not a regular file of at least %d bytes", size)
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
