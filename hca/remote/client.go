@@ -2,6 +2,7 @@ package remote
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -271,14 +272,25 @@ func (c *Client) AllocDMA(n int, align int) ([]byte, uint64, error) {
 // FreeDMA implements hca.Function.
 func (c *Client) FreeDMA(iova uint64) error {
 	c.mu.Lock()
-	mem, ok := c.maps[iova]
-	delete(c.maps, iova)
+	_, ok := c.maps[iova]
 	c.mu.Unlock()
 	if !ok {
 		return fmt.Errorf("free dma %#x: %w", iova, ErrMessage)
 	}
 	_, err := c.call(TypeUnmap, binary.BigEndian.AppendUint64(nil, iova), -1)
-	unix.Munmap(mem)
+	var se *StatusError
+	if errors.As(err, &se) {
+		// The daemon refused (NO_MEMORY: its held address space is
+		// full): the mapping stays, on both sides.
+		return fmt.Errorf("free dma %#x: %w", iova, err)
+	}
+	c.mu.Lock()
+	mem, ok := c.maps[iova]
+	delete(c.maps, iova)
+	c.mu.Unlock()
+	if ok {
+		unix.Munmap(mem)
+	}
 	if err != nil {
 		return fmt.Errorf("free dma %#x: %w", iova, err)
 	}

@@ -45,7 +45,7 @@ const (
 	TypeUnmap   Type = 0x04 // IOVA; reply: status
 	TypeRingSQ  Type = 0x05 // qpn; no reply
 	TypeRingRQ  Type = 0x06 // qpn; no reply
-	TypeArmCQ   Type = 0x07 // cqn, arm word; no reply
+	TypeArmCQ   Type = 0x07 // cqn, arm word; a reply when the id is not 0
 
 	// Daemon to client.
 	TypeEvents Type = 0x40 // events (type, object), unsolicited

@@ -1489,3 +1489,71 @@ func TestShutdown(t *testing.T) {
 		t.Errorf("Dial after shutdown succeeded")
 	}
 }
+
+// TestHeldAddressSpace: an unmapped region stays reserved in the daemon
+// (in-flight DMA may still hold it) until the client's next MAP_MEM
+// reuses it or the connection closes. Same-size churn reuses it and
+// never reaches MaxMaps; churn of growing sizes fills MaxHeldBytes, and
+// the UNMAP past it is refused with NO_MEMORY, the mapping staying live
+// and usable, rather than growing the daemon's address space.
+func TestHeldAddressSpace(t *testing.T) {
+	dev := hca.New(hca.Options{})
+	t.Cleanup(func() { dev.Close() })
+	path := serveWith(t, &remote.Server{Dev: dev, MaxMaps: 4, MaxHeldBytes: 1 << 20})
+	cl, err := remote.Dial(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+
+	for i := range 50 {
+		_, iova, err := cl.AllocDMA(64<<10, 4096)
+		if err != nil {
+			t.Fatalf("same-size churn, round %d: %v", i, err)
+		}
+		if err := cl.FreeDMA(iova); err != nil {
+			t.Fatalf("same-size churn, round %d: %v", i, err)
+		}
+	}
+
+	// Held now: 64 KiB. Growing sizes cannot reuse it.
+	var se *remote.StatusError
+	var big uint64
+	for _, n := range []int{256 << 10, 512 << 10, 1 << 20} {
+		mem, iova, err := cl.AllocDMA(n, 4096)
+		if err != nil {
+			t.Fatalf("map %d bytes: %v", n, err)
+		}
+		err = cl.FreeDMA(iova)
+		if n < 1<<20 {
+			if err != nil {
+				t.Fatalf("unmap %d bytes within the held limit: %v", n, err)
+			}
+			continue
+		}
+		if !errors.As(err, &se) || se.Status != remote.StatusNoMemory || !strings.Contains(se.Reason, "limit") {
+			t.Fatalf("unmap past MaxHeldBytes: %v, want NO_MEMORY naming the limit", err)
+		}
+		// Still mapped on both sides: the client can use it, and free
+		// it once maps have reused the held regions, or reconnect.
+		big = iova
+		mem[0] = 0x5a
+		if err := cl.FreeDMA(iova); !errors.As(err, &se) || se.Status != remote.StatusNoMemory {
+			t.Fatalf("second unmap past the limit: %v", err)
+		}
+	}
+	// Maps that fit held regions reuse them (MaxMaps 4 would refuse
+	// new ones: 1 live + 3 held): once none is held, the 1 MiB unmap
+	// goes through.
+	for _, n := range []int{512 << 10, 256 << 10, 64 << 10} {
+		if _, _, err := cl.AllocDMA(n, 4096); err != nil {
+			t.Fatalf("map %d bytes reusing a held region: %v", n, err)
+		}
+	}
+	if err := cl.FreeDMA(big); err != nil {
+		t.Fatalf("unmap once the held regions are reused: %v", err)
+	}
+	if cl.Err() != nil {
+		t.Fatalf("the connection ended: %v", cl.Err())
+	}
+}

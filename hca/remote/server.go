@@ -26,9 +26,13 @@ type Server struct {
 	Dev *hca.Device
 	// Log receives connection-level records; nil discards them.
 	Log *slog.Logger
-	// MaxMaps bounds each client's live MAP_MEM mappings (0: 65536). The
+	// MaxMaps bounds each client's live MAP_MEM mappings (0: 4096). The
 	// bytes mapped are bounded by the device's MaxMappedBytes per function.
 	MaxMaps int
+	// MaxHeldBytes bounds the address space each client's unmapped
+	// regions may hold until they can be released (0: 64 GiB); see
+	// conn.unmap.
+	MaxHeldBytes uint64
 
 	mu        sync.Mutex
 	listeners map[*net.UnixListener]struct{}
@@ -174,6 +178,7 @@ type conn struct {
 	fn   *hca.Func
 	maps map[uint64][]byte // IOVA → the daemon's mapping of the client's memfd
 	dead [][]byte          // unmapped regions, held as private placeholders until close
+	held uint64            // bytes in dead
 
 	stop chan struct{}
 }
@@ -284,8 +289,8 @@ func (c *conn) handle(p []byte, fds []int) (reply []byte, fatal bool) {
 		if len(pl) != unmapSize {
 			return fail(StatusBadMessage, "UNMAP payload of %d bytes", len(pl))
 		}
-		if err := c.unmap(be64(pl)); err != nil {
-			return fail(StatusNotMapped, "%v", err)
+		if st, err := c.unmap(be64(pl)); err != nil {
+			return fail(st, "%v", err)
 		}
 		return Encode(nil, TypeUnmap|ReplyBit, h.ID, binary.BigEndian.AppendUint32(nil, uint32(StatusOK))), false
 	case TypeRingSQ, TypeRingRQ:
@@ -396,47 +401,103 @@ func (c *conn) mapMem(fd int, size uint64, align uint32) (uint64, Status, error)
 	defer c.mu.Unlock()
 	max := c.s.MaxMaps
 	if max <= 0 {
-		max = 65536
+		max = 4096
 	}
-	if len(c.maps) >= max {
-		return 0, StatusNoMemory, fmt.Errorf("%d mappings: the limit", len(c.maps))
+	// Reuse the smallest held region that fits: the memfd is mapped over
+	// its start (MAP_FIXED), a late access to the old region then reaches
+	// this client's own new memory, never another's.
+	var addr unsafe.Pointer
+	best := -1
+	for i, d := range c.dead {
+		if uint64(len(d)) >= size && (best < 0 || len(d) < len(c.dead[best])) {
+			best = i
+		}
 	}
-	mem, err := unix.Mmap(fd, 0, int(size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	// The regions after this map: one more, unless it reuses a held one
+	// whole.
+	n := len(c.maps) + len(c.dead) + 1
+	if best >= 0 && pageUp(size) == uint64(len(c.dead[best])) {
+		n--
+	}
+	if n > max {
+		return 0, StatusNoMemory, fmt.Errorf("%d mappings (%d of them unmapped, held until no DMA can reach them): the limit", len(c.maps)+len(c.dead), len(c.dead))
+	}
+	flags := unix.MAP_SHARED
+	if best >= 0 {
+		addr, flags = unsafe.Pointer(unsafe.SliceData(c.dead[best])), flags|unix.MAP_FIXED
+	}
+	p, err := unix.MmapPtr(fd, 0, addr, uintptr(size), unix.PROT_READ|unix.PROT_WRITE, flags)
 	if err != nil {
 		return 0, StatusNoMemory, fmt.Errorf("mmap: %w", err)
 	}
+	mem := unsafe.Slice((*byte)(p), int(size))
 	iova, err := c.fn.MapDMA(mem, int(align))
 	if err != nil {
-		unix.Munmap(mem)
+		if best >= 0 {
+			c.placeholder(mem) // the region stays held
+		} else {
+			unix.MunmapPtr(p, uintptr(size))
+		}
 		return 0, StatusNoMemory, err
+	}
+	if best >= 0 {
+		d := c.dead[best]
+		c.held -= uint64(len(d))
+		c.dead = append(c.dead[:best], c.dead[best+1:]...)
+		if tail := pageUp(size); tail < uint64(len(d)) {
+			c.dead = append(c.dead, d[tail:])
+			c.held += uint64(len(d)) - tail
+		}
 	}
 	c.maps[iova] = mem
 	return iova, StatusOK, nil
 }
 
-// unmap takes a mapping away from the function. Work still in flight may
-// hold its pages, so the range is not unmapped but replaced by private
-// zero pages (the client's memory is no longer reachable, a late access
-// touches nothing of the client's), and unmapped when the connection
-// closes, after the function's QPs have stopped.
-func (c *conn) unmap(iova uint64) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	mem, ok := c.maps[iova]
-	if !ok {
-		return fmt.Errorf("no mapping at %#x", iova)
-	}
-	if err := c.fn.FreeDMA(iova); err != nil {
-		return err
-	}
-	delete(c.maps, iova)
+func pageUp(n uint64) uint64 {
+	ps := uint64(os.Getpagesize())
+	return (n + ps - 1) &^ (ps - 1)
+}
+
+// placeholder replaces a region's pages by private zero pages.
+func (c *conn) placeholder(mem []byte) {
 	if _, err := unix.MmapPtr(-1, 0, unsafe.Pointer(unsafe.SliceData(mem)), uintptr(len(mem)),
 		unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_FIXED); err != nil {
 		// Keep the shared mapping until close rather than fail.
 		c.s.log().Warn("unmap placeholder", "err", err)
 	}
-	c.dead = append(c.dead, mem)
-	return nil
+}
+
+// unmap takes a mapping away from the function. Work still in flight may
+// hold its pages, so the range is not unmapped but replaced by private
+// zero pages (the client's memory is no longer reachable, a late access
+// touches nothing of the client's); the range is held for the client's
+// next MAP_MEM (mapMem reuses it) and unmapped when the connection
+// closes, after the function's QPs have stopped. The address space held
+// is bounded (Server.MaxHeldBytes): past it an UNMAP is refused and the
+// mapping stays live, counted against the client's mapped bytes.
+func (c *conn) unmap(iova uint64) (Status, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	mem, ok := c.maps[iova]
+	if !ok {
+		return StatusNotMapped, fmt.Errorf("no mapping at %#x", iova)
+	}
+	limit := c.s.MaxHeldBytes
+	if limit == 0 {
+		limit = 64 << 30
+	}
+	if c.held+pageUp(uint64(len(mem))) > limit {
+		return StatusNoMemory, fmt.Errorf("%d bytes of unmapped regions held (reuse them with MAP_MEM of at most their size, or reconnect): the limit", c.held)
+	}
+	if err := c.fn.FreeDMA(iova); err != nil {
+		return StatusNotMapped, err
+	}
+	delete(c.maps, iova)
+	c.placeholder(mem)
+	full := unsafe.Slice(unsafe.SliceData(mem), int(pageUp(uint64(len(mem)))))
+	c.dead = append(c.dead, full)
+	c.held += uint64(len(full))
+	return StatusOK, nil
 }
 
 // quiesce moves the function's QPs to error (Shutdown).
@@ -462,12 +523,12 @@ func (c *conn) close() {
 	}
 	c.mu.Lock()
 	for _, m := range c.maps {
-		unix.Munmap(m)
+		unix.MunmapPtr(unsafe.Pointer(unsafe.SliceData(m)), uintptr(len(m)))
 	}
 	for _, m := range c.dead {
-		unix.Munmap(m)
+		unix.MunmapPtr(unsafe.Pointer(unsafe.SliceData(m)), uintptr(len(m)))
 	}
-	c.maps, c.dead = nil, nil
+	c.maps, c.dead, c.held = nil, nil, 0
 	c.mu.Unlock()
 	c.c.Close()
 }
