@@ -78,6 +78,13 @@ type Options struct {
 	// TimeScale divides the transport's timers (ack timeout, RNR delay), so
 	// that tests of retries run fast; 0 means 1.
 	TimeScale float64
+	// Poll is how long a QP's send engine keeps polling its send counter
+	// after its last work before it sleeps until a doorbell, for QPs
+	// created with QPFlagDBHint (a driver then rings only when the engine
+	// sleeps). 0 means no polling: the engine sleeps at once. Polling trades
+	// CPU for latency where a doorbell is expensive (a daemon's clients
+	// ring over a socket).
+	Poll time.Duration
 }
 
 // Device is one modelled HCA. It is safe for concurrent use.
@@ -87,6 +94,7 @@ type Device struct {
 	fabric *Fabric
 	lid    uint16
 	scale  float64
+	poll   time.Duration
 
 	mu      sync.Mutex
 	funcs   map[*Func]struct{}
@@ -104,6 +112,7 @@ func New(opts Options) *Device {
 		log:     opts.Logger,
 		fabric:  opts.Fabric,
 		scale:   opts.TimeScale,
+		poll:    max(opts.Poll, 0),
 		funcs:   map[*Func]struct{}{},
 		qps:     map[uint32]*QP{},
 		nextQPN: 0x100,

@@ -3,6 +3,7 @@ package hca
 import (
 	"encoding/binary"
 	"errors"
+	"runtime"
 	"sync"
 	"time"
 
@@ -123,7 +124,13 @@ func (qp *QP) requester() {
 			p.req.retire()
 		}
 	}()
+	// The engine polls after work (with the hint set), never before its
+	// first doorbell.
+	awake := false
 	for {
+		if awake && qp.sqHint != nil && qp.dev.poll > 0 && qp.poll(s) {
+			continue
+		}
 		if qp.sqHint != nil {
 			// About to sleep: clear the activity hint, then look at the
 			// send counter once more; a driver that posted after our last
@@ -148,7 +155,39 @@ func (qp *QP) requester() {
 		if qp.sqHint != nil {
 			dma.StoreBE32(qp.sqHint, 1)
 		}
+		awake = true
 		qp.stepOut(s)
+	}
+}
+
+// poll watches the send counter and the engine's other inputs for
+// Options.Poll with the activity hint still set, so the driver does not
+// ring: it reports whether it found and ran work. Between looks it yields
+// the processor to the device's other goroutines (the responder this
+// engine waits for may need it).
+func (qp *QP) poll(s *reqState) bool {
+	deadline := time.Now().Add(qp.dev.poll)
+	for i := 1; ; i++ {
+		select {
+		case <-qp.stop:
+			return false
+		case <-qp.bell:
+		case <-qp.acks.sig:
+			qp.takeAcks(s)
+		case <-s.timer.C:
+			s.armed = false
+			qp.onTimer(s)
+		default:
+			if qp.sqr.Producer() == s.seenPI {
+				if i%64 == 0 && time.Now().After(deadline) {
+					return false
+				}
+				runtime.Gosched()
+				continue
+			}
+		}
+		qp.stepOut(s)
+		return true
 	}
 }
 

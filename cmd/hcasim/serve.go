@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"sort"
 	"strings"
 	"syscall"
@@ -23,17 +24,21 @@ var serveOpts struct {
 	caps   *string
 	level  *string
 	grace  *time.Duration
+	poll   *time.Duration
+	prof   *string
 }
 
 var serveCmd = &command{
 	name:    "serve",
 	summary: "run the device as a daemon on a Unix socket: every client process is a function of one shared HCA",
-	usage:   "[--socket PATH] [--caps PRESET] [--log-level LEVEL] [--grace D]",
+	usage:   "[--socket PATH] [--caps PRESET] [--log-level LEVEL] [--grace D] [--poll D] [--cpuprofile FILE]",
 	example: "hcasim serve --socket /tmp/hcasim.sock --log-level debug",
 	flags: func(fs *flag.FlagSet) {
 		serveOpts.socket = fs.String("socket", "hcasim.sock", "the socket's path (created mode 0600)")
 		serveOpts.caps = fs.String("caps", "cx5", "capability preset: "+strings.Join(presetNames(), ", "))
 		serveOpts.level = fs.String("log-level", "info", "debug, info, warn or error (logs go to standard error)")
+		serveOpts.poll = fs.Duration("poll", 50*time.Microsecond, "how long a QP's send engine polls its send counter after its last work before it sleeps until a doorbell (0: no polling)")
+		serveOpts.prof = fs.String("cpuprofile", "", "write a CPU profile of the daemon's run to this file (go tool pprof)")
 		serveOpts.grace = fs.Duration("grace", 500*time.Millisecond, "on SIGINT/SIGTERM, how long clients get to see their flush completions before connections close")
 	},
 	run: runServe,
@@ -92,8 +97,19 @@ func runServe(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("--log-level %q: want debug, info, warn or error", *serveOpts.level)
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	if *serveOpts.prof != "" {
+		f, err := os.Create(*serveOpts.prof)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
 	caps := preset()
-	dev := hca.New(hca.Options{Caps: &caps, Logger: log.With("part", "device")})
+	dev := hca.New(hca.Options{Caps: &caps, Poll: *serveOpts.poll, Logger: log.With("part", "device")})
 	defer dev.Close()
 	path := *serveOpts.socket
 	l, err := remote.Listen(path)

@@ -3,6 +3,7 @@ package remote_test
 import (
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/hcasim/hcasim/hca"
 	"github.com/hcasim/hcasim/hca/hcatest"
@@ -44,10 +45,11 @@ func dialer(path string) hcatest.Opener {
 
 // TestSuiteOverSocket runs the whole hcatest suite with every context a
 // client of the daemon: each scenario's two sides are two functions of
-// one device, connected as two processes on one host would be.
+// one device, connected as two processes on one host would be. The send
+// engines poll as hcasim serve's do by default.
 func TestSuiteOverSocket(t *testing.T) {
 	fabric := hca.NewFabric()
-	dev := hca.New(hca.Options{TimeScale: 4, Fabric: fabric})
+	dev := hca.New(hca.Options{TimeScale: 4, Fabric: fabric, Poll: 50 * time.Microsecond})
 	t.Cleanup(func() { dev.Close() })
 	path, _ := daemon(t, dev)
 	hcatest.RunOptions(t, hcatest.Options{Local: dialer(path), WireHook: fabric.SetWireHook})

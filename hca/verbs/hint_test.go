@@ -1,0 +1,110 @@
+package verbs_test
+
+import (
+	"math/rand/v2"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hcasim/hcasim/hca"
+	"github.com/hcasim/hcasim/hca/verbs"
+)
+
+// ringCounter counts the send doorbells a driver rings.
+type ringCounter struct {
+	hca.Function
+	rings atomic.Int64
+}
+
+func (r *ringCounter) RingSQ(qpn uint32) {
+	r.rings.Add(1)
+	r.Function.RingSQ(qpn)
+}
+
+// hintPair is a connected pair whose first side counts its doorbells.
+func hintPair(t *testing.T, dev *hca.Device) (*side, *side, *ringCounter) {
+	t.Helper()
+	fn, err := dev.Open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc := &ringCounter{Function: fn}
+	ctx, err := verbs.New(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ctx.Close() })
+	a := &side{ctx: ctx}
+	if a.pd, err = ctx.AllocPD(); err != nil {
+		t.Fatal(err)
+	}
+	if a.cq, err = ctx.CreateCQ(64, nil); err != nil {
+		t.Fatal(err)
+	}
+	if a.qp, err = a.pd.CreateQP(&verbs.QPInitAttr{SendCQ: a.cq, RecvCQ: a.cq, Cap: verbs.QPCap{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	if a.buf, err = ctx.Alloc(4096); err != nil {
+		t.Fatal(err)
+	}
+	if a.mr, err = a.pd.RegMR(a.buf, verbs.AccessLocalWrite); err != nil {
+		t.Fatal(err)
+	}
+	b := newSide(t, dev)
+	connect(t, a, b)
+	return a, b, rc
+}
+
+func writeOnce(t *testing.T, a, b *side, i int) {
+	t.Helper()
+	a.buf[0] = byte(i)
+	if _, err := a.qp.PostSend([]verbs.SendWR{{WRID: uint64(i), Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled,
+		SG: []verbs.SGE{a.mr.SGE(0, 64)}, RemoteAddr: b.mr.Addr, RKey: b.mr.RKey}}); err != nil {
+		t.Fatal(err)
+	}
+	if wc := wait(t, a, 1)[0]; wc.Status != verbs.WCSuccess || wc.WRID != uint64(i) {
+		t.Fatalf("write %d: %+v", i, wc)
+	}
+	if b.buf[0] != byte(i) {
+		t.Fatalf("write %d: the responder's memory has %d", i, b.buf[0])
+	}
+}
+
+// TestDoorbellHintPolling: while the send engine polls (Options.Poll) it
+// keeps the activity hint set and the driver does not ring: a sleeping
+// engine needs the first doorbell (none if a state change woke it), none
+// of the next posts do.
+func TestDoorbellHintPolling(t *testing.T) {
+	dev := hca.New(hca.Options{Poll: time.Minute})
+	defer dev.Close()
+	a, b, rc := hintPair(t, dev)
+	for i := range 200 {
+		writeOnce(t, a, b, i)
+	}
+	if n := rc.rings.Load(); n > 1 {
+		t.Fatalf("%d send doorbells for 200 posts to a polling engine, want at most 1", n)
+	}
+}
+
+// TestDoorbellHintNoLostWakeup: posts timed at random against an engine
+// going to sleep (no polling, or a short poll) all complete: a driver that
+// skips the doorbell because the hint is set is always seen by the
+// engine's last look. Doorbells are never more than posts.
+func TestDoorbellHintNoLostWakeup(t *testing.T) {
+	for _, poll := range []time.Duration{0, 2 * time.Microsecond} {
+		dev := hca.New(hca.Options{Poll: poll})
+		a, b, rc := hintPair(t, dev)
+		const n = 500
+		for i := range n {
+			if rand.IntN(4) == 0 {
+				time.Sleep(time.Duration(rand.IntN(5)) * time.Microsecond)
+			}
+			writeOnce(t, a, b, i)
+		}
+		if r := rc.rings.Load(); r < 1 || r > n {
+			t.Fatalf("poll %v: %d doorbells for %d posts", poll, r, n)
+		}
+		t.Logf("poll %v: %d doorbells for %d posts", poll, rc.rings.Load(), n)
+		dev.Close()
+	}
+}
