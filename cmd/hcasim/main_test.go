@@ -273,3 +273,47 @@ func TestServe(t *testing.T) {
 		t.Error("a command succeeded after the daemon stopped")
 	}
 }
+
+// perf --role server and --role client in two processes against one
+// daemon: the server takes the run from the client, and both report the
+// same number of operations (for SEND, the receives the server took).
+func TestPerfRoles(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "d.sock")
+	hcasimChild(t, "serve", "--socket", sock, "--log-level", "warn")
+	waitSocket(t, sock)
+	for _, run := range [][]string{
+		{"write", "--size", "256", "--qd", "4"},
+		{"send", "--size", "256", "--qd", "4"},
+		{"read", "--size", "4096", "--qd", "2", "--pi", "strip", "--interval", "512"},
+	} {
+		srv, sout := hcasimChild(t, "perf", "--role", "server", "--connect", sock, "--json")
+		code, out, errOut := runCLI(append(append([]string{"perf"}, run...), "--role", "client", "--connect", sock, "--duration", "200ms", "--json")...)
+		if code != 0 {
+			t.Fatalf("%v: client exit %d, stderr %q", run, code, errOut)
+		}
+		var r perfResult
+		if err := json.Unmarshal([]byte(out), &r); err != nil || r.Op != run[0] || r.OpsPerSec <= 0 {
+			t.Fatalf("%v: client output %q", run, out)
+		}
+		if err := srv.Wait(); err != nil {
+			t.Fatalf("%v: server: %v\n%s", run, err, sout)
+		}
+		var s perfServerResult
+		line := sout.String()[strings.LastIndex(strings.TrimSpace(sout.String()), "\n")+1:]
+		if err := json.Unmarshal([]byte(line), &s); err != nil {
+			t.Fatalf("%v: server output %q: %v", run, sout, err)
+		}
+		if s.Role != "server" || s.Op != run[0] || s.Ops <= 0 {
+			t.Errorf("%v: server reported %+v", run, s)
+		}
+		if run[0] == "send" && s.Received != s.Ops {
+			t.Errorf("send: the server received %d SENDs, the client completed %d", s.Received, s.Ops)
+		}
+	}
+	// Bad combinations are refused.
+	for _, args := range [][]string{{"perf", "write", "--role", "server"}, {"perf", "write", "--role", "sideways", "--connect", sock}} {
+		if code, _, _ := runCLI(args...); code == 0 {
+			t.Errorf("%v accepted", args)
+		}
+	}
+}

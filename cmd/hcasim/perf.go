@@ -26,12 +26,14 @@ var perfOpts struct {
 	interval *int
 	cpuprof  *string
 	connect  *string
+	role     *string
+	peer     *string
 }
 
 var perfCmd = &command{
 	name:    "perf",
 	summary: "measure RDMA operations over an in-process QP pair (like perftest's ib_write_bw / ib_write_lat)",
-	usage:   "write|read|send [--size N] [--qd N] [--duration D] [--pi none|insert|strip|pass] [--interval 512|4096] [--connect SOCKET] [--json]",
+	usage:   "write|read|send [--size N] [--qd N] [--duration D] [--pi none|insert|strip|pass] [--interval 512|4096] [--connect SOCKET [--role both|server|client] [--peer PATH]] [--json]",
 	example: "hcasim perf write --size 64 --qd 32 --duration 3s",
 	flags: func(fs *flag.FlagSet) {
 		perfOpts.size = fs.Int("size", 64, "message size in bytes")
@@ -42,6 +44,8 @@ var perfCmd = &command{
 		perfOpts.interval = fs.Int("interval", 4096, "protection interval for --pi")
 		perfOpts.cpuprof = fs.String("cpuprofile", "", "write a CPU profile of the run to this file (go tool pprof)")
 		perfOpts.connect = fs.String("connect", "", "run against the daemon at this socket (hcasim serve): both sides are clients of it")
+		perfOpts.role = fs.String("role", "both", "with --connect: both (one process plays both sides), server (the passive side, in its own process: it takes the operation and sizes from the client) or client")
+		perfOpts.peer = fs.String("peer", "", "with --role: the Unix socket where the server waits for the client (default: the --connect path + \".perf\")")
 	},
 	run: runPerf,
 }
@@ -58,6 +62,7 @@ type perfResult struct {
 		P50 float64 `json:"p50"`
 		P99 float64 `json:"p99"`
 	} `json:"lat_us"`
+	ops int // operations completed
 }
 
 func runPerf(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) error {
@@ -68,38 +73,35 @@ func runPerf(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) error {
 		}
 		args = append(args[:1], fs.Args()...)
 	}
+	role := *perfOpts.role
+	switch role {
+	case "both", "client":
+	case "server":
+		// The server takes the operation from the client.
+		if len(args) == 0 {
+			args = []string{"write"}
+		}
+	default:
+		return fmt.Errorf("--role %q: want both, server or client", role)
+	}
+	if role != "both" && *perfOpts.connect == "" {
+		return errors.New("--role needs --connect: the two processes are clients of one daemon")
+	}
 	if len(args) != 1 {
 		fmt.Fprintln(stderr, "hcasim perf: give one operation: write, read or send")
 		fs.Usage()
 		return errUsage
 	}
 	op := args[0]
-	var wrOp verbs.WROpcode
-	switch op {
-	case "write":
-		wrOp = verbs.WRRDMAWrite
-	case "read":
-		wrOp = verbs.WRRDMARead
-	case "send":
-		wrOp = verbs.WRSend
-	default:
+	if _, ok := perfOps[op]; !ok {
 		fmt.Fprintf(stderr, "hcasim perf: unknown operation %q\n", op)
 		fs.Usage()
 		return errUsage
 	}
 	size, qd, dur := *perfOpts.size, *perfOpts.qd, *perfOpts.duration
-	if size <= 0 || size > 1<<30 || qd <= 0 || qd > 4096 || dur <= 0 {
-		return errors.New("--size must be 1..2^30, --qd 1..4096, --duration positive")
-	}
 	pi := perfPI{mode: *perfOpts.pi, interval: *perfOpts.interval}
-	switch pi.mode {
-	case "none":
-	case "insert", "strip", "pass":
-		if op == "send" || (pi.interval != 512 && pi.interval != 4096) || size%pi.interval != 0 {
-			return errors.New("--pi works with write and read, --interval 512 or 4096, and --size a multiple of the interval")
-		}
-	default:
-		return fmt.Errorf("--pi %q: want none, insert, strip or pass", pi.mode)
+	if err := perfCheck(op, size, qd, dur, pi); err != nil {
+		return err
 	}
 	progress := stdout
 	if *perfOpts.json {
@@ -122,7 +124,20 @@ func runPerf(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) error {
 		defer dev.Close()
 		open = func() (*verbs.Context, error) { return verbs.Open(dev) }
 	}
-	res, err := perfRun(open, wrOp, size, qd, dur, &pi, progress)
+	peer := *perfOpts.peer
+	if peer == "" {
+		peer = *perfOpts.connect + ".perf"
+	}
+	var res *perfResult
+	var err error
+	switch role {
+	case "server":
+		return perfServe(open, peer, *perfOpts.json, stdout, progress)
+	case "client":
+		res, err = perfClient(open, peer, op, size, qd, dur, &pi, progress)
+	default:
+		res, err = perfRun(open, perfOps[op], size, qd, dur, &pi, progress)
+	}
 	if err != nil {
 		return err
 	}
@@ -132,6 +147,27 @@ func runPerf(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) error {
 	}
 	fmt.Fprintf(stdout, "\n%-6s %10s %5s %14s %12s %10s %10s\n", "op", "bytes", "qd", "ops/s", "GB/s", "p50 µs", "p99 µs")
 	fmt.Fprintf(stdout, "%-6s %10d %5d %14.0f %12.3f %10.2f %10.2f\n", op, size, qd, res.OpsPerSec, res.GBytesPerSec, res.LatUS.P50, res.LatUS.P99)
+	return nil
+}
+
+// perfOps are perf's operations.
+var perfOps = map[string]verbs.WROpcode{"write": verbs.WRRDMAWrite, "read": verbs.WRRDMARead, "send": verbs.WRSend}
+
+// perfCheck validates a run's parameters (the command line's, or those a
+// client sent a server).
+func perfCheck(op string, size, qd int, dur time.Duration, pi perfPI) error {
+	if size <= 0 || size > 1<<30 || qd <= 0 || qd > 4096 || dur <= 0 {
+		return errors.New("--size must be 1..2^30, --qd 1..4096, --duration positive")
+	}
+	switch pi.mode {
+	case "none":
+	case "insert", "strip", "pass":
+		if op == "send" || (pi.interval != 512 && pi.interval != 4096) || size%pi.interval != 0 {
+			return errors.New("--pi works with write and read, --interval 512 or 4096, and --size a multiple of the interval")
+		}
+	default:
+		return fmt.Errorf("--pi %q: want none, insert, strip or pass", pi.mode)
+	}
 	return nil
 }
 
@@ -207,7 +243,13 @@ func (p *perfPI) sigKey(e *perfEnd, size int) (uint32, int, error) {
 	return mr.RKey, wire, nil
 }
 
-func perfSide(open func() (*verbs.Context, error), qd, bufSize int) (*perfEnd, error) {
+// perfBufSize is the buffer each side registers: the data, room for its
+// PI, at least 64 bytes.
+func perfBufSize(size int) int { return max(size+size/512*8+8, 64) }
+
+// perfSide opens a context with a CQ, a QP (qd sends, rq receives) and a
+// registered buffer.
+func perfSide(open func() (*verbs.Context, error), qd, rq, bufSize int) (*perfEnd, error) {
 	ctx, err := open()
 	if err != nil {
 		return nil, err
@@ -216,11 +258,11 @@ func perfSide(open func() (*verbs.Context, error), qd, bufSize int) (*perfEnd, e
 	if e.pd, err = ctx.AllocPD(); err != nil {
 		return nil, err
 	}
-	if e.cq, err = ctx.CreateCQ(2*qd+16, nil); err != nil {
+	if e.cq, err = ctx.CreateCQ(qd+rq+16, nil); err != nil {
 		return nil, err
 	}
 	if e.qp, err = e.pd.CreateQP(&verbs.QPInitAttr{SendCQ: e.cq, RecvCQ: e.cq, Integrity: true,
-		Cap: verbs.QPCap{MaxSendWR: qd, MaxRecvWR: qd, MaxSendSGE: 1, MaxRecvSGE: 1}}); err != nil {
+		Cap: verbs.QPCap{MaxSendWR: qd, MaxRecvWR: rq, MaxSendSGE: 1, MaxRecvSGE: 1}}); err != nil {
 		return nil, err
 	}
 	buf, err := ctx.Alloc(bufSize)
@@ -236,13 +278,13 @@ func perfSide(open func() (*verbs.Context, error), qd, bufSize int) (*perfEnd, e
 // perfRun keeps qd operations of size bytes outstanding for dur and
 // measures completions and post-to-completion latency.
 func perfRun(open func() (*verbs.Context, error), op verbs.WROpcode, size, qd int, dur time.Duration, pi *perfPI, progress io.Writer) (*perfResult, error) {
-	bufSize := max(size+size/512*8+8, 64)
-	a, err := perfSide(open, qd, bufSize)
+	bufSize := perfBufSize(size)
+	a, err := perfSide(open, qd, qd, bufSize)
 	if err != nil {
 		return nil, err
 	}
 	defer a.ctx.Close()
-	b, err := perfSide(open, qd, bufSize)
+	b, err := perfSide(open, qd, qd, bufSize)
 	if err != nil {
 		return nil, err
 	}
@@ -253,16 +295,10 @@ func perfRun(open func() (*verbs.Context, error), op verbs.WROpcode, size, qd in
 	if err := b.qp.Connect(a.qp.Info(), nil); err != nil {
 		return nil, err
 	}
-	recv := func(n int) error {
-		wrs := make([]verbs.RecvWR, n)
-		for i := range wrs {
-			wrs[i] = verbs.RecvWR{WRID: uint64(i), SG: []verbs.SGE{b.mr.SGE(0, size)}}
-		}
-		_, err := b.qp.PostRecv(wrs)
-		return err
-	}
+	var recv *perfRecv
 	if op == verbs.WRSend {
-		if err := recv(qd); err != nil {
+		recv = &perfRecv{e: b, size: size, wcs: make([]verbs.WC, qd)}
+		if err := recv.post(qd); err != nil {
 			return nil, err
 		}
 	}
@@ -286,10 +322,52 @@ func perfRun(open func() (*verbs.Context, error), op verbs.WROpcode, size, qd in
 			wr.RemoteAddr, wr.RKey = 0, key
 		}
 	}
+	var each func() error
+	if recv != nil {
+		each = recv.repost
+	}
+	return perfLoop(a, wr, size, qd, dur, pi.mode, each, progress)
+}
+
+// perfRecv keeps a side's receive queue stocked for SENDs.
+type perfRecv struct {
+	e    *perfEnd
+	size int
+	wcs  []verbs.WC
+	got  int
+}
+
+func (r *perfRecv) post(n int) error {
+	wrs := make([]verbs.RecvWR, n)
+	for i := range wrs {
+		wrs[i] = verbs.RecvWR{WRID: uint64(i), SG: []verbs.SGE{r.e.mr.SGE(0, r.size)}}
+	}
+	_, err := r.e.qp.PostRecv(wrs)
+	return err
+}
+
+// repost replaces the receives that completed.
+func (r *perfRecv) repost() error {
+	k, _ := r.e.cq.Poll(r.wcs)
+	for _, wc := range r.wcs[:k] {
+		if wc.Status != verbs.WCSuccess {
+			return fmt.Errorf("receive completion %v", wc.Status)
+		}
+	}
+	r.got += k
+	if k > 0 {
+		return r.post(k)
+	}
+	return nil
+}
+
+// perfLoop keeps qd copies of wr outstanding on a for dur and measures
+// completions and post-to-completion latency; each, if not nil, runs once
+// per turn of the loop.
+func perfLoop(a *perfEnd, wr verbs.SendWR, size, qd int, dur time.Duration, piMode string, each func() error, progress io.Writer) (*perfResult, error) {
 	posted := make([]time.Time, qd)
 	lat := make([]time.Duration, 0, 1<<20)
 	wcs := make([]verbs.WC, qd)
-	rwcs := make([]verbs.WC, qd)
 	batch := make([]verbs.SendWR, 0, qd)
 	start := time.Now()
 	end := start.Add(dur)
@@ -338,11 +416,9 @@ func perfRun(open func() (*verbs.Context, error), op verbs.WROpcode, size, qd in
 		}
 		outstanding -= n
 		done += n
-		if op == verbs.WRSend {
-			if k, _ := b.cq.Poll(rwcs); k > 0 {
-				if err := recv(k); err != nil {
-					return nil, err
-				}
+		if each != nil {
+			if err := each(); err != nil {
+				return nil, err
 			}
 		}
 		if now.After(nextTick) {
@@ -352,7 +428,7 @@ func perfRun(open func() (*verbs.Context, error), op verbs.WROpcode, size, qd in
 		}
 	}
 	el := time.Since(start).Seconds()
-	r := &perfResult{Size: size, QD: qd, PI: pi.mode}
+	r := &perfResult{Size: size, QD: qd, PI: piMode, ops: done}
 	r.OpsPerSec = float64(done) / el
 	r.GBytesPerSec = r.OpsPerSec * float64(size) / 1e9
 	if len(lat) > 0 {

@@ -1,0 +1,228 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"time"
+
+	"github.com/hcasim/hcasim/hca/verbs"
+)
+
+// perf --role server|client: the two sides of a run in two processes, both
+// clients of one daemon, as perftest's server and client are on two hosts.
+// They meet on a Unix stream socket (--peer) and exchange one JSON line
+// each way, then one more from the client when it is done:
+//
+//	client → server  perfHello  (the run's parameters and the client's QP)
+//	server → client  perfAccept (the server's QP and the key and address to target)
+//	client → server  perfDone   (when its loop has ended)
+//
+// The server connects its QP to the client's before it answers, so the
+// client may post as soon as its own QP is connected.
+
+// perfHello is the client's first line.
+type perfHello struct {
+	Op       string       `json:"op"`
+	Size     int          `json:"size"`
+	QD       int          `json:"qd"`
+	PI       string       `json:"pi"`
+	Interval int          `json:"interval"`
+	QP       verbs.QPInfo `json:"qp"`
+}
+
+// perfAccept is the server's answer.
+type perfAccept struct {
+	Err  string       `json:"error,omitempty"`
+	QP   verbs.QPInfo `json:"qp"`
+	Addr uint64       `json:"addr"` // the remote address to target (0 through a signature key)
+	RKey uint32       `json:"rkey"`
+	Wire int          `json:"wire"` // bytes per operation on the wire (READ with PI: the client's SGE length)
+}
+
+// perfDone is the client's last line.
+type perfDone struct {
+	Ops int `json:"ops"`
+}
+
+// perfServerResult is the server's --json object.
+type perfServerResult struct {
+	Role     string `json:"role"`
+	Op       string `json:"op"`
+	Size     int    `json:"size"`
+	QD       int    `json:"qd"`
+	PI       string `json:"pi"`
+	Ops      int    `json:"ops"`      // operations the client completed
+	Received int    `json:"received"` // SENDs the server's receive queue took
+}
+
+// perfServe waits at peer for one client, serves its run and returns when
+// the client is done.
+func perfServe(open func() (*verbs.Context, error), peer string, asJSON bool, stdout, progress io.Writer) error {
+	if fi, err := os.Lstat(peer); err == nil && fi.Mode()&os.ModeSocket != 0 {
+		os.Remove(peer) // a stale rendezvous socket
+	}
+	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: peer, Net: "unix"})
+	if err != nil {
+		return fmt.Errorf("perf server: %w", err)
+	}
+	defer l.Close()
+	fmt.Fprintf(progress, "perf server: waiting for a client at %s\n", peer)
+	c, err := l.AcceptUnix()
+	if err != nil {
+		return fmt.Errorf("perf server: %w", err)
+	}
+	defer c.Close()
+	dec, enc := json.NewDecoder(c), json.NewEncoder(c)
+	var h perfHello
+	if err := dec.Decode(&h); err != nil {
+		return fmt.Errorf("perf server: the client's hello: %w", err)
+	}
+	pi := perfPI{mode: h.PI, interval: h.Interval}
+	op, ok := perfOps[h.Op]
+	if !ok {
+		err = fmt.Errorf("unknown operation %q", h.Op)
+	} else {
+		err = perfCheck(h.Op, h.Size, h.QD, time.Second, pi)
+	}
+	if err != nil {
+		enc.Encode(perfAccept{Err: err.Error()})
+		return fmt.Errorf("perf server: the client asked: %w", err)
+	}
+	// Receives for several rounds of the client's queue: the client may
+	// post a SEND as soon as an earlier one completed, before this side
+	// has taken and replaced its receive, and this side sleeps between
+	// looks rather than take a core from the daemon and the client.
+	rq := 1
+	if op == verbs.WRSend {
+		rq = min(8*h.QD, 4096)
+	}
+	b, err := perfSide(open, 1, rq, perfBufSize(h.Size))
+	if err == nil {
+		defer b.ctx.Close()
+		err = b.qp.Connect(h.QP, nil)
+	}
+	acc := perfAccept{Wire: h.Size}
+	if err == nil {
+		acc.QP, acc.Addr, acc.RKey = b.qp.Info(), b.mr.Addr, b.mr.RKey
+		if op == verbs.WRRDMARead && pi.mode != "none" {
+			// A READ's data side is the responder: the signature key is
+			// this side's.
+			var key uint32
+			if key, acc.Wire, err = pi.sigKey(b, h.Size); err == nil {
+				acc.Addr, acc.RKey = 0, key
+			}
+		}
+	}
+	var recv *perfRecv
+	if err == nil && op == verbs.WRSend {
+		recv = &perfRecv{e: b, size: h.Size, wcs: make([]verbs.WC, h.QD)}
+		err = recv.post(rq)
+	}
+	if err != nil {
+		enc.Encode(perfAccept{Err: err.Error()})
+		return fmt.Errorf("perf server: %w", err)
+	}
+	if err := enc.Encode(acc); err != nil {
+		return fmt.Errorf("perf server: %w", err)
+	}
+	fmt.Fprintf(progress, "perf server: serving %s of %d bytes at QD %d (PI %s)\n", h.Op, h.Size, h.QD, h.PI)
+
+	done := make(chan error, 1)
+	var d perfDone
+	go func() { done <- dec.Decode(&d) }()
+	var loopErr error
+	for waiting := true; waiting; {
+		if recv == nil {
+			loopErr = <-done
+			break
+		}
+		select {
+		case loopErr = <-done:
+			waiting = false
+		default:
+			before := recv.got
+			if err := recv.repost(); err != nil {
+				return fmt.Errorf("perf server: %w", err)
+			}
+			if recv.got == before {
+				time.Sleep(20 * time.Microsecond)
+			}
+		}
+	}
+	if loopErr != nil {
+		return fmt.Errorf("perf server: the client ended without saying it was done: %w", loopErr)
+	}
+	r := perfServerResult{Role: "server", Op: h.Op, Size: h.Size, QD: h.QD, PI: h.PI, Ops: d.Ops}
+	if recv != nil {
+		recv.repost()
+		r.Received = recv.got
+	}
+	if asJSON {
+		return json.NewEncoder(stdout).Encode(r)
+	}
+	fmt.Fprintf(stdout, "perf server: the client completed %d %s operations; %d SENDs received\n", r.Ops, r.Op, r.Received)
+	return nil
+}
+
+// perfClient finds the server at peer (waiting up to 10 s for it to
+// appear), connects to its QP and runs the loop against it.
+func perfClient(open func() (*verbs.Context, error), peer, opName string, size, qd int, dur time.Duration, pi *perfPI, progress io.Writer) (*perfResult, error) {
+	a, err := perfSide(open, qd, 1, perfBufSize(size))
+	if err != nil {
+		return nil, err
+	}
+	defer a.ctx.Close()
+	var c net.Conn
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		if c, err = net.Dial("unix", peer); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("perf client: no server at %s (start hcasim perf --role server first): %w", peer, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	defer c.Close()
+	dec, enc := json.NewDecoder(c), json.NewEncoder(c)
+	if err := enc.Encode(perfHello{Op: opName, Size: size, QD: qd, PI: pi.mode, Interval: pi.interval, QP: a.qp.Info()}); err != nil {
+		return nil, fmt.Errorf("perf client: %w", err)
+	}
+	var acc perfAccept
+	if err := dec.Decode(&acc); err != nil {
+		return nil, fmt.Errorf("perf client: the server's answer: %w", err)
+	}
+	if acc.Err != "" {
+		return nil, fmt.Errorf("perf client: the server refused: %s", acc.Err)
+	}
+	if err := a.qp.Connect(acc.QP, nil); err != nil {
+		return nil, err
+	}
+	op := perfOps[opName]
+	wr := verbs.SendWR{Opcode: op, Flags: verbs.SendSignaled, SG: []verbs.SGE{a.mr.SGE(0, size)},
+		RemoteAddr: acc.Addr, RKey: acc.RKey}
+	if pi.mode != "none" {
+		if op == verbs.WRRDMAWrite {
+			key, wire, err := pi.sigKey(a, size)
+			if err != nil {
+				return nil, err
+			}
+			wr.SG = []verbs.SGE{{Addr: 0, Length: uint32(wire), LKey: key}}
+		} else {
+			if acc.Wire <= 0 || acc.Wire > len(a.mr.Buf) {
+				return nil, fmt.Errorf("perf client: the server's wire length %d", acc.Wire)
+			}
+			wr.SG = []verbs.SGE{a.mr.SGE(0, acc.Wire)}
+		}
+	}
+	res, err := perfLoop(a, wr, size, qd, dur, pi.mode, nil, progress)
+	if err != nil {
+		return nil, err
+	}
+	if err := enc.Encode(perfDone{Ops: res.ops}); err != nil {
+		return nil, fmt.Errorf("perf client: %w", err)
+	}
+	return res, nil
+}
