@@ -41,6 +41,12 @@ var _ hca.Function = (*Client)(nil)
 // function.
 const closeWait = 5 * time.Second
 
+// ReplyTimeout bounds how long a client waits for the daemon's reply to a
+// request (HELLO, COMMAND, MAP_MEM, UNMAP, ARM_CQ). A daemon that does not
+// answer in time is taken for gone: the connection closes, the request and
+// every later one fail with ErrTimeout. Set it before Dial.
+var ReplyTimeout = time.Minute
+
 type reply struct {
 	h   Header
 	p   []byte
@@ -190,7 +196,21 @@ func (c *Client) call(t Type, payload []byte, fd int) ([]byte, error) {
 		c.mu.Unlock()
 		return nil, err
 	}
-	r, ok := <-ch
+	var r reply
+	var ok bool
+	t0 := time.NewTimer(ReplyTimeout)
+	select {
+	case r, ok = <-ch:
+		t0.Stop()
+	case <-t0.C:
+		c.mu.Lock()
+		if c.err == nil {
+			c.err = fmt.Errorf("%w: %v (id %d) unanswered after %v", ErrTimeout, t, id, ReplyTimeout)
+		}
+		c.mu.Unlock()
+		c.c.Close() // the reader ends and fails every waiting request
+		r, ok = <-ch
+	}
 	if !ok {
 		c.mu.Lock()
 		err := c.err

@@ -114,6 +114,9 @@ var (
 	ErrProtocol = errors.New("remote: protocol error")
 	// ErrClosed is a closed connection.
 	ErrClosed = errors.New("remote: connection closed")
+	// ErrTimeout is a daemon that did not answer a request within
+	// ReplyTimeout; the client closed the connection.
+	ErrTimeout = errors.New("remote: no reply in time")
 )
 
 // StatusError is a request the daemon refused.

@@ -1557,3 +1557,104 @@ func TestHeldAddressSpace(t *testing.T) {
 		t.Fatalf("the connection ended: %v", cl.Err())
 	}
 }
+
+// TestShutdownGrace: a QP a client connects during the grace period is
+// flushed too before its connection closes (the flush completions are in
+// the client's own memory, to poll after the disconnect), and Shutdown
+// does not wait out its grace once every client has gone.
+func TestShutdownGrace(t *testing.T) {
+	for _, leave := range []bool{false, true} {
+		dev := hca.New(hca.Options{TimeScale: 4})
+		t.Cleanup(func() { dev.Close() })
+		path := t.TempDir() + "/hcasim.sock"
+		l, err := remote.Listen(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := &remote.Server{Dev: dev}
+		done := make(chan error, 1)
+		go func() { done <- s.Serve(l) }()
+		const all = verbs.AccessLocalWrite | verbs.AccessRemoteWrite | verbs.AccessRemoteRead
+		ctx, err := verbs.Dial(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { ctx.Close() })
+		n := newNode(t, ctx, 1<<12, all)
+		_ = n.ep(t, nil) // a QP to quiesce at once
+
+		grace := 300 * time.Millisecond
+		if leave {
+			grace = 30 * time.Second
+		}
+		start := time.Now()
+		stopped := make(chan struct{})
+		go func() { s.Shutdown(grace); close(stopped) }()
+		time.Sleep(20 * time.Millisecond)
+		late := n.ep(t, nil) // created and connected during the grace period
+		if err := late.qp.Connect(late.qp.Info(), nil); err != nil {
+			t.Fatal(err)
+		}
+		postRecv(t, late, verbs.RecvWR{WRID: 21, SG: []verbs.SGE{n.mr.SGE(0, 64)}})
+		quiet(t, late.rcq, 20*time.Millisecond, "a receive posted during the grace period")
+		if leave {
+			// The client goes: Shutdown returns long before its grace.
+			ctx.Close()
+		}
+		select {
+		case <-stopped:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("leave %v: Shutdown did not return", leave)
+		}
+		if el := time.Since(start); leave && el >= grace {
+			t.Errorf("Shutdown took %v after its only client went", el)
+		}
+		if err := <-done; err != nil {
+			t.Errorf("Serve returned %v", err)
+		}
+		if !leave {
+			// Connection closed; the completion is in the client's CQ.
+			if wc := pollN(t, late.rcq, 1, time.Second)[0]; wc.WRID != 21 || wc.Status != verbs.WCWRFlushErr {
+				t.Errorf("the receive posted during the grace period: %+v, want WR 21 flushed", wc)
+			}
+		}
+	}
+}
+
+// TestReplyTimeout: a daemon that stops answering does not hang its
+// client: the request fails with ErrTimeout after ReplyTimeout and the
+// connection is closed.
+func TestReplyTimeout(t *testing.T) {
+	path := t.TempDir() + "/mute.sock"
+	l, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: path, Net: "unixpacket"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	got := make(chan int, 1)
+	go func() {
+		c, err := l.AcceptUnix()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		buf := make([]byte, remote.MaxMessage)
+		n, _ := c.Read(buf) // the HELLO, never answered
+		got <- n
+		c.Read(buf) // until the client closes
+	}()
+	old := remote.ReplyTimeout
+	remote.ReplyTimeout = 200 * time.Millisecond
+	defer func() { remote.ReplyTimeout = old }()
+	start := time.Now()
+	_, err = remote.Dial(path)
+	if !errors.Is(err, remote.ErrTimeout) {
+		t.Fatalf("Dial to a mute daemon: %v, want ErrTimeout", err)
+	}
+	if el := time.Since(start); el > 5*time.Second {
+		t.Errorf("Dial gave up after %v", el)
+	}
+	if n := <-got; n != remote.HeaderSize+8 {
+		t.Errorf("the mute daemon read %d bytes, want a HELLO", n)
+	}
+}

@@ -141,8 +141,9 @@ func (s *Server) ServeConn(c *net.UnixConn) {
 
 // Shutdown stops the server: listeners close, every function's QPs move to
 // error so that all outstanding work completes with flush errors in the
-// clients' CQs, then, after grace (for clients to see them), connections
-// close, QPs stop and memory is unmapped once no DMA is in flight.
+// clients' CQs, then, after grace (for clients to see them) or once every
+// client has disconnected, connections close, QPs stop and memory is
+// unmapped once no DMA is in flight.
 func (s *Server) Shutdown(grace time.Duration) {
 	s.mu.Lock()
 	s.stopping = true
@@ -157,13 +158,25 @@ func (s *Server) Shutdown(grace time.Duration) {
 	for _, c := range conns {
 		c.quiesce()
 	}
+	// No connection is added once stopping is set: waiting is safe.
+	gone := make(chan struct{})
+	go func() { s.wg.Wait(); close(gone) }()
 	if len(conns) > 0 && grace > 0 {
-		time.Sleep(grace)
+		t := time.NewTimer(grace)
+		select {
+		case <-gone: // every client has gone already
+		case <-t.C:
+		}
+		t.Stop()
 	}
 	for _, c := range conns {
+		// Again, for QPs a client created or reconnected during the
+		// grace period: their work flushes too, into the client's own
+		// memory, where it can poll it after the connection closed.
+		c.quiesce()
 		c.c.Close()
 	}
-	s.wg.Wait()
+	<-gone
 }
 
 // conn is one client connection: one function.
@@ -500,13 +513,14 @@ func (c *conn) unmap(iova uint64) (Status, error) {
 	return StatusOK, nil
 }
 
-// quiesce moves the function's QPs to error (Shutdown).
+// quiesce moves the function's QPs to error (Shutdown). It holds mu: a
+// close running at the same time (the client went) waits, and does not
+// unmap the memory the flush completions are written to.
 func (c *conn) quiesce() {
 	c.mu.Lock()
-	fn := c.fn
-	c.mu.Unlock()
-	if fn != nil {
-		fn.Quiesce()
+	defer c.mu.Unlock()
+	if c.fn != nil {
+		c.fn.Quiesce()
 	}
 }
 
@@ -517,6 +531,7 @@ func (c *conn) close() {
 	close(c.stop)
 	c.mu.Lock()
 	fn := c.fn
+	c.fn = nil
 	c.mu.Unlock()
 	if fn != nil {
 		fn.Close()
