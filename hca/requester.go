@@ -33,6 +33,7 @@ type request struct {
 	swapAdd   uint64
 	compare   uint64
 	solicited bool
+	segArr    [2][]byte // backing for src or dst of one or two segments
 
 	// memMu guards the requester's memory (src, dst) against a responder
 	// that reaches it after the WQE retired: a READ served again for a
@@ -112,6 +113,7 @@ type reqState struct {
 	armedAt uint64
 	scratch [sq.MaxWQEBBs * sq.WQEBBSize]byte
 	seenPI  uint16 // the send counter when the last step began
+	free    []*pending // retired pending records, for reuse
 }
 
 func (qp *QP) requester() {
@@ -290,7 +292,8 @@ func (qp *QP) fetch(s *reqState, a *qpAttr) (blocked bool) {
 			return true
 		}
 		w, f, err := qp.sqr.Fetch(s.scratch[:])
-		p := &pending{idx: f.WQEIndex, op: f.Opcode, signaled: f.Signaled()}
+		p := s.newPending()
+		p.idx, p.op, p.signaled = f.WQEIndex, f.Opcode, f.Signaled()
 		s.inflight = append(s.inflight, p)
 		if err != nil {
 			qp.fail(s, p, cq.SyndromeLocalQPOp)
@@ -299,6 +302,16 @@ func (qp *QP) fetch(s *reqState, a *qpAttr) (blocked bool) {
 		qp.execute(s, a, p, w, &f)
 	}
 	return false
+}
+
+// newPending returns a zeroed pending record.
+func (s *reqState) newPending() *pending {
+	if n := len(s.free); n > 0 {
+		p := s.free[n-1]
+		s.free = s.free[:n-1]
+		return p
+	}
+	return new(pending)
 }
 
 // fail ends p with an error syndrome; nothing after it executes.
@@ -322,7 +335,7 @@ func (qp *QP) execute(s *reqState, a *qpAttr, p *pending, w []byte, f *sq.CtrlFi
 		synd = qp.doSetPSV(segs)
 	case sq.OpSend, sq.OpSendImm, sq.OpSendInval:
 		req = &request{op: f.Opcode, imm: f.Imm, solicited: f.SE}
-		req.src, req.length, req.srcSig, synd = qp.gather(segs, klm.LocalRead)
+		req.src, req.length, req.srcSig, synd = qp.gather(req.segArr[:0], segs, klm.LocalRead)
 	case sq.OpRDMAWrite, sq.OpRDMAWriteImm:
 		if len(segs) < sq.RaddrSegSize {
 			synd = cq.SyndromeLocalQPOp
@@ -330,7 +343,7 @@ func (qp *QP) execute(s *reqState, a *qpAttr, p *pending, w []byte, f *sq.CtrlFi
 		}
 		r := sq.RaddrSeg(segs).Fields()
 		req = &request{op: f.Opcode, raddr: r.Addr, rkey: klm.Key(r.RKey), imm: f.Imm, solicited: f.SE}
-		req.src, req.length, req.srcSig, synd = qp.gather(segs[sq.RaddrSegSize:], klm.LocalRead)
+		req.src, req.length, req.srcSig, synd = qp.gather(req.segArr[:0], segs[sq.RaddrSegSize:], klm.LocalRead)
 	case sq.OpRDMARead:
 		if len(segs) < sq.RaddrSegSize {
 			synd = cq.SyndromeLocalQPOp
@@ -338,7 +351,7 @@ func (qp *QP) execute(s *reqState, a *qpAttr, p *pending, w []byte, f *sq.CtrlFi
 		}
 		r := sq.RaddrSeg(segs).Fields()
 		req = &request{op: f.Opcode, raddr: r.Addr, rkey: klm.Key(r.RKey)}
-		req.dst, req.length, req.dstSig, synd = qp.gather(segs[sq.RaddrSegSize:], klm.LocalWrite)
+		req.dst, req.length, req.dstSig, synd = qp.gather(req.segArr[:0], segs[sq.RaddrSegSize:], klm.LocalWrite)
 		p.readAtomic = true
 	case sq.OpAtomicCS, sq.OpAtomicFA:
 		if len(segs) < sq.RaddrSegSize+sq.AtomicSize {
@@ -349,7 +362,7 @@ func (qp *QP) execute(s *reqState, a *qpAttr, p *pending, w []byte, f *sq.CtrlFi
 		at := sq.AtomicSeg(segs[sq.RaddrSegSize:]).Fields()
 		req = &request{op: f.Opcode, raddr: r.Addr, rkey: klm.Key(r.RKey), swapAdd: at.SwapAdd, compare: at.Compare}
 		var sa *sigAccess
-		req.dst, req.length, sa, synd = qp.gather(segs[sq.RaddrSegSize+sq.AtomicSize:], klm.LocalWrite)
+		req.dst, req.length, sa, synd = qp.gather(req.segArr[:0], segs[sq.RaddrSegSize+sq.AtomicSize:], klm.LocalWrite)
 		switch {
 		case synd == 0 && sa != nil:
 			synd = cq.SyndromeLocalProt // no atomics through a signature key
@@ -393,7 +406,7 @@ func (qp *QP) armTimer(s *reqState, d time.Duration, rnr bool) {
 // gather resolves data segments (or inline data) into memory segments with
 // the given local access. A signature key must be the only segment; its
 // segments are then its memory domain, and sa carries the transform.
-func (qp *QP) gather(segs []byte, need klm.Access) (out [][]byte, total uint64, sa *sigAccess, synd cq.Syndrome) {
+func (qp *QP) gather(out [][]byte, segs []byte, need klm.Access) (_ [][]byte, total uint64, sa *sigAccess, synd cq.Syndrome) {
 	n := 0
 	for len(segs) >= sq.SegSize {
 		w := binary.BigEndian.Uint32(segs)
@@ -583,6 +596,10 @@ func (qp *QP) complete(s *reqState) int {
 		if p.signaled {
 			qp.cqe(&cq.Fields{Opcode: cq.OpReq, QPN: qp.qpn, WQEOpcode: uint8(p.op), WQECounter: p.idx, ByteCount: p.bytes}, false)
 		}
+		// Nothing refers to p once it left inflight (answers are matched
+		// through inflight): reuse it.
+		*p = pending{}
+		s.free = append(s.free, p)
 	}
 	if n > 0 {
 		s.inflight = append(s.inflight[:0], s.inflight[n:]...)

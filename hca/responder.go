@@ -17,6 +17,7 @@ type respState struct {
 	rqCI     uint16 // receive WQEs consumed
 	reqs     []*request
 	answers  []response // answers to the requester of ansTo, sent per batch
+	segs     [][]byte   // scratch for the local side of a request's data
 	ansTo    *QP
 }
 
@@ -117,7 +118,7 @@ func (qp *QP) serve(s *respState, r *request) {
 			// A duplicate of a request already executed (its requester timed
 			// out): answer it again; READ data is read again.
 			if r.op == sq.OpRDMARead {
-				kind, n := qp.serveReadKind(r, &a)
+				kind, n := qp.serveReadKind(s, r, &a)
 				s.answer(r, kind, n, 0)
 				return
 			}
@@ -133,7 +134,7 @@ func (qp *QP) serve(s *respState, r *request) {
 	case sq.OpRDMAWrite, sq.OpRDMAWriteImm:
 		kind = qp.serveWrite(s, r, &a)
 	case sq.OpRDMARead:
-		kind, bytes = qp.serveReadKind(r, &a)
+		kind, bytes = qp.serveReadKind(s, r, &a)
 	case sq.OpAtomicCS, sq.OpAtomicFA:
 		kind = qp.serveAtomic(r, &a)
 		bytes = 8
@@ -248,11 +249,12 @@ func (qp *QP) serveWrite(s *respState, r *request, a *qpAttr) respKind {
 		}
 	}
 	if r.length > 0 { // a zero-length WRITE does not validate its R_Key (IBA C9-88)
-		dst, dsig, err := qp.resolveKey(nil, r.rkey, r.raddr, r.length, klm.RemoteWrite, false)
+		dst, dsig, err := qp.resolveKey(s.segs[:0], r.rkey, r.raddr, r.length, klm.RemoteWrite, false)
 		if err != nil {
 			return respAccess
 		}
 		qp.moveData(r.from, dst, dsig, r.src, r.srcSig)
+		s.segs = scrub(dst)
 	}
 	if r.op == sq.OpRDMAWriteImm {
 		_ = list
@@ -263,18 +265,19 @@ func (qp *QP) serveWrite(s *respState, r *request, a *qpAttr) respKind {
 	return respACK
 }
 
-func (qp *QP) serveReadKind(r *request, a *qpAttr) (respKind, uint32) {
+func (qp *QP) serveReadKind(s *respState, r *request, a *qpAttr) (respKind, uint32) {
 	if a.access&QPAccessRead == 0 {
 		return respAccess, 0
 	}
 	if r.length == 0 { // nor does a zero-length READ
 		return respACK, 0
 	}
-	src, ssig, err := qp.resolveKey(nil, r.rkey, r.raddr, r.length, klm.RemoteRead, true)
+	src, ssig, err := qp.resolveKey(s.segs[:0], r.rkey, r.raddr, r.length, klm.RemoteRead, true)
 	if err != nil {
 		return respAccess, 0
 	}
 	qp.moveData(r.from, r.dst, r.dstSig, src, ssig)
+	s.segs = scrub(src)
 	return respACK, uint32(r.length)
 }
 
@@ -347,4 +350,11 @@ func scatterFrom(segs [][]byte, b []byte) {
 	for _, s := range segs {
 		b = b[copy(s, b):]
 	}
+}
+
+// scrub clears a scratch slice of segments for reuse: it must not keep
+// memory reachable (a function's unmapped memory) after the request.
+func scrub(segs [][]byte) [][]byte {
+	clear(segs)
+	return segs[:0]
 }
