@@ -18,10 +18,11 @@ func newMbox[T any](limit int) *mbox[T] {
 }
 
 // put appends items and wakes the consumer; items beyond the limit are
-// dropped (a requester retransmits them after its timeout).
-func (m *mbox[T]) put(items ...T) {
+// dropped (a requester retransmits them after its timeout). It returns how
+// many it took: items[:n].
+func (m *mbox[T]) put(items ...T) int {
 	if len(items) == 0 {
-		return
+		return 0
 	}
 	m.mu.Lock()
 	n := min(len(items), m.limit-len(m.items))
@@ -33,6 +34,7 @@ func (m *mbox[T]) put(items ...T) {
 	case m.sig <- struct{}{}:
 	default:
 	}
+	return max(n, 0)
 }
 
 // take returns the queued items and keeps buf (emptied) as the next

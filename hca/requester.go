@@ -5,6 +5,7 @@ import (
 	"errors"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hcasim/hcasim/cq"
@@ -45,17 +46,54 @@ type request struct {
 	// and when its QP stops.
 	memMu   sync.Mutex
 	retired bool
+
+	// refs counts the request's holders: the requester until it retires
+	// it, and each copy in flight to the responder (from the step's out
+	// list through the peer's inbox until it is served or dropped). The
+	// last release recycles it.
+	refs atomic.Int32
 }
 
-// retire closes the request's memory to responders (see memMu); it waits
-// for a responder serving it.
+// requests recycles requests: a steady flow of operations allocates none.
+var requests = sync.Pool{New: func() any { return new(request) }}
+
+// newRequest returns a zeroed request held by its requester.
+func newRequest() *request {
+	r := requests.Get().(*request)
+	r.refs.Store(1)
+	return r
+}
+
+// hold takes a reference for a copy in flight to the responder.
+func (r *request) hold() { r.refs.Add(1) }
+
+// release drops a reference; the last one recycles the request.
+func (r *request) release() {
+	if r.refs.Add(-1) == 0 {
+		*r = request{}
+		requests.Put(r)
+	}
+}
+
+// retire closes the request's memory to responders (see memMu), waiting
+// for a responder serving it, and drops the requester's reference. Only
+// the first call counts.
 func (r *request) retire() {
-	if r == nil || (r.src == nil && r.dst == nil) {
+	if r == nil {
 		return
 	}
-	r.memMu.Lock()
-	r.retired = true
-	r.memMu.Unlock()
+	first := false
+	if r.src == nil && r.dst == nil {
+		// No memory: responders do not look at retired.
+		first, r.retired = !r.retired, true
+	} else {
+		r.memMu.Lock()
+		first, r.retired = !r.retired, true
+		r.memMu.Unlock()
+	}
+	if first {
+		r.release()
+	}
 }
 
 // respKind is a response's outcome: an ACK or a NAK.
@@ -112,7 +150,7 @@ type reqState struct {
 	answers uint64 // answers received, and the count when the timer was armed
 	armedAt uint64
 	scratch [sq.MaxWQEBBs * sq.WQEBBSize]byte
-	seenPI  uint16 // the send counter when the last step began
+	seenPI  uint16     // the send counter when the last step began
 	free    []*pending // retired pending records, for reuse
 }
 
@@ -212,8 +250,12 @@ func (qp *QP) takeAcks(s *reqState) {
 func (qp *QP) flushOut(s *reqState) {
 	if len(s.out) > 0 {
 		_, a, _ := qp.snapshot()
+		n := 0
 		if peer := qp.dev.fabric.lookup(a.remoteLID, a.remoteQPN); peer != nil {
-			peer.inbox.put(s.out...)
+			n = peer.inbox.put(s.out...)
+		}
+		for _, r := range s.out[n:] {
+			r.release() // dropped: the inbox is full or there is no peer
 		}
 		clear(s.out)
 		s.out = s.out[:0]
@@ -334,7 +376,8 @@ func (qp *QP) execute(s *reqState, a *qpAttr, p *pending, w []byte, f *sq.CtrlFi
 	case sq.OpSetPSV:
 		synd = qp.doSetPSV(segs)
 	case sq.OpSend, sq.OpSendImm, sq.OpSendInval:
-		req = &request{op: f.Opcode, imm: f.Imm, solicited: f.SE}
+		req = newRequest()
+		req.op, req.imm, req.solicited = f.Opcode, f.Imm, f.SE
 		req.src, req.length, req.srcSig, synd = qp.gather(req.segArr[:0], segs, klm.LocalRead)
 	case sq.OpRDMAWrite, sq.OpRDMAWriteImm:
 		if len(segs) < sq.RaddrSegSize {
@@ -342,7 +385,8 @@ func (qp *QP) execute(s *reqState, a *qpAttr, p *pending, w []byte, f *sq.CtrlFi
 			break
 		}
 		r := sq.RaddrSeg(segs).Fields()
-		req = &request{op: f.Opcode, raddr: r.Addr, rkey: klm.Key(r.RKey), imm: f.Imm, solicited: f.SE}
+		req = newRequest()
+		req.op, req.raddr, req.rkey, req.imm, req.solicited = f.Opcode, r.Addr, klm.Key(r.RKey), f.Imm, f.SE
 		req.src, req.length, req.srcSig, synd = qp.gather(req.segArr[:0], segs[sq.RaddrSegSize:], klm.LocalRead)
 	case sq.OpRDMARead:
 		if len(segs) < sq.RaddrSegSize {
@@ -350,7 +394,8 @@ func (qp *QP) execute(s *reqState, a *qpAttr, p *pending, w []byte, f *sq.CtrlFi
 			break
 		}
 		r := sq.RaddrSeg(segs).Fields()
-		req = &request{op: f.Opcode, raddr: r.Addr, rkey: klm.Key(r.RKey)}
+		req = newRequest()
+		req.op, req.raddr, req.rkey = f.Opcode, r.Addr, klm.Key(r.RKey)
 		req.dst, req.length, req.dstSig, synd = qp.gather(req.segArr[:0], segs[sq.RaddrSegSize:], klm.LocalWrite)
 		p.readAtomic = true
 	case sq.OpAtomicCS, sq.OpAtomicFA:
@@ -360,7 +405,8 @@ func (qp *QP) execute(s *reqState, a *qpAttr, p *pending, w []byte, f *sq.CtrlFi
 		}
 		r := sq.RaddrSeg(segs).Fields()
 		at := sq.AtomicSeg(segs[sq.RaddrSegSize:]).Fields()
-		req = &request{op: f.Opcode, raddr: r.Addr, rkey: klm.Key(r.RKey), swapAdd: at.SwapAdd, compare: at.Compare}
+		req = newRequest()
+		req.op, req.raddr, req.rkey, req.swapAdd, req.compare = f.Opcode, r.Addr, klm.Key(r.RKey), at.SwapAdd, at.Compare
 		var sa *sigAccess
 		req.dst, req.length, sa, synd = qp.gather(req.segArr[:0], segs[sq.RaddrSegSize+sq.AtomicSize:], klm.LocalWrite)
 		switch {
@@ -389,6 +435,7 @@ func (qp *QP) execute(s *reqState, a *qpAttr, p *pending, w []byte, f *sq.CtrlFi
 	}
 	// Handed to the peer at the end of the step (flushOut); a peer that
 	// does not exist or is not ready drops it, and the ACK timeout retries.
+	req.hold()
 	s.out = append(s.out, req)
 }
 
@@ -573,6 +620,7 @@ func (qp *QP) onTimer(s *reqState) {
 	}
 	for _, p := range s.inflight {
 		if p.req != nil && !p.acked && !p.done {
+			p.req.hold()
 			s.out = append(s.out, p.req)
 		}
 	}

@@ -32,6 +32,7 @@ func (qp *QP) responder() {
 			s.reqs = qp.inbox.take(s.reqs)
 			for _, r := range s.reqs {
 				qp.serve(s, r)
+				r.release()
 			}
 			s.sendAnswers()
 		case <-qp.rbell:
