@@ -208,26 +208,36 @@ func (qp *QP) requester() {
 func (qp *QP) poll(s *reqState) bool {
 	deadline := time.Now().Add(qp.dev.poll)
 	for i := 1; ; i++ {
-		select {
-		case <-qp.stop:
-			return false
-		case <-qp.bell:
-		case <-qp.acks.sig:
-			qp.takeAcks(s)
-		case <-s.timer.C:
-			s.armed = false
-			qp.onTimer(s)
-		default:
-			if qp.sqr.Producer() == s.seenPI {
-				if i%64 == 0 && time.Now().After(deadline) {
-					return false
-				}
-				runtime.Gosched()
-				continue
+		// A select locks every channel it names: look at the channels'
+		// lengths first (the timer's and stop's now and then), and at the
+		// send counter, which costs a load.
+		if len(qp.acks.sig) > 0 || len(qp.bell) > 0 || i%32 == 0 {
+			woke := true
+			select {
+			case <-qp.stop:
+				return false
+			case <-qp.bell:
+			case <-qp.acks.sig:
+				qp.takeAcks(s)
+			case <-s.timer.C:
+				s.armed = false
+				qp.onTimer(s)
+			default:
+				woke = false
+			}
+			if woke {
+				qp.stepOut(s)
+				return true
 			}
 		}
-		qp.stepOut(s)
-		return true
+		if qp.sqr.Producer() != s.seenPI {
+			qp.stepOut(s)
+			return true
+		}
+		if i%64 == 0 && time.Now().After(deadline) {
+			return false
+		}
+		runtime.Gosched()
 	}
 }
 
