@@ -3,6 +3,7 @@ package hca
 import (
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hcasim/hcasim/internal/dma"
@@ -89,13 +90,19 @@ type QP struct {
 	fatalSent bool   // QP_FATAL reported
 	resetGen  uint64 // bumped by every move to RST
 
-	bell   chan struct{}   // send doorbell, and state changes
-	rbell  chan struct{}   // receive doorbell, and state changes
-	acks   *mbox[response] // from the peer's responder
-	inbox  *mbox[*request] // from the peer's requester
-	stop   chan struct{}
-	wg     sync.WaitGroup
-	closed bool
+	bell  chan struct{}   // send doorbell, and state changes
+	rbell chan struct{}   // receive doorbell, and state changes
+	acks  *mbox[response] // from the peer's responder
+	inbox *mbox[*request] // from the peer's requester
+	// inService counts this QP's long requests a responder is moving now.
+	// On a wire a long message's packets are acknowledged as they arrive;
+	// here it moves in one step that may outlast the ACK timeout on a
+	// loaded machine, so the requester does not count a timeout while one
+	// is in service.
+	inService atomic.Int32
+	stop      chan struct{}
+	wg        sync.WaitGroup
+	closed    bool
 }
 
 // qpAttr is the QP context set by the modify commands.

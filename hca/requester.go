@@ -617,8 +617,9 @@ func (qp *QP) onTimer(s *reqState) {
 		return
 	}
 	if !rnr {
-		if s.answers != s.armedAt {
-			// Answers came in since the timer was armed: not a timeout.
+		if s.answers != s.armedAt || qp.inService.Load() > 0 {
+			// Answers came in since the timer was armed, or a long message
+			// is being moved: not a timeout.
 			qp.armTimer(s, qp.dev.duration(ackTimeout(a.timeout)), false)
 			return
 		}

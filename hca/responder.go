@@ -21,6 +21,10 @@ type respState struct {
 	ansTo    *QP
 }
 
+// longMessage is the length from which a request in service holds off its
+// requester's ACK timeout (QP.inService).
+const longMessage = 64 << 10
+
 func (qp *QP) responder() {
 	defer qp.wg.Done()
 	s := &respState{}
@@ -31,7 +35,14 @@ func (qp *QP) responder() {
 		case <-qp.inbox.sig:
 			s.reqs = qp.inbox.take(s.reqs)
 			for _, r := range s.reqs {
+				long := r.length >= longMessage
+				if long {
+					r.from.inService.Add(1)
+				}
 				qp.serve(s, r)
+				if long {
+					r.from.inService.Add(-1)
+				}
 				r.release()
 			}
 			s.sendAnswers()

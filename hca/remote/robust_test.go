@@ -1021,6 +1021,14 @@ func TestForeignDoorbells(t *testing.T) {
 	a.ep(t, nil)
 
 	copy(b.buf, "held back")
+	// B's send engine must be asleep (connecting woke it): an awake engine
+	// reads the send counter again and would run the WQE without a
+	// doorbell, as the hint protocol allows.
+	for deadline := time.Now().Add(5 * time.Second); eb.qp.SendEngineAwake(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("B's send engine never went to sleep")
+		}
+	}
 	held.hold.Store(true)
 	post(t, eb, write(1, b.mr.SGE(0, 9), a.mr.Addr, a.mr.RKey))
 	held.hold.Store(false)

@@ -788,6 +788,12 @@ func (qp *QP) CurPost() uint16 {
 	return qp.curPost
 }
 
+// SendEngineAwake reports the device's send activity hint (the doorbell
+// record's word 2, DEVICE.md): true while the device's send engine for
+// this QP will read the send counter again without a doorbell, false once
+// it sleeps until the next one.
+func (qp *QP) SendEngineAwake() bool { return dma.LoadBE32(qp.db[8:]) != 0 }
+
 // PostedWQE is a copy of a posted send WQE, for tools that show what the
 // driver wrote (hcasim demo).
 type PostedWQE struct {

@@ -121,3 +121,42 @@ func TestRequestsRecycledUnderRetransmission(t *testing.T) {
 		t.Fatalf("only %d wire messages: no retransmission was provoked", n.Load())
 	}
 }
+
+// A long message whose move outlasts the ACK timeout many times over is
+// not timed out while it is being moved (on a wire its packets would be
+// acknowledged as they arrive); a short one held as long is retried.
+func TestLongMessageNotTimedOutInService(t *testing.T) {
+	fab := hca.NewFabric()
+	dev := hca.New(hca.Options{Fabric: fab})
+	defer dev.Close()
+	a, b := newSide(t, dev), newSide(t, dev)
+	// 4.1 µs × 2^8 = 1 ms, one retry: 2 ms without an answer fails.
+	if err := a.qp.Connect(b.qp.Info(), &verbs.ConnectOptions{Timeout: 8, RetryCnt: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.qp.Connect(a.qp.Info(), nil); err != nil {
+		t.Fatal(err)
+	}
+	var slow atomic.Bool
+	fab.SetWireHook(func(m *hca.WireMsg) {
+		if slow.Load() {
+			time.Sleep(20 * time.Millisecond)
+		}
+	})
+	defer fab.SetWireHook(nil)
+	slow.Store(true)
+	if _, err := a.qp.PostSend([]verbs.SendWR{{WRID: 1, Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled,
+		SG: []verbs.SGE{a.mr.SGE(0, 64<<10)}, RemoteAddr: b.mr.Addr, RKey: b.mr.RKey}}); err != nil {
+		t.Fatal(err)
+	}
+	if wc := wait(t, a, 1)[0]; wc.Status != verbs.WCSuccess {
+		t.Fatalf("a 64 KiB WRITE moved in 20 ms with a 1 ms ACK timeout: %v", wc.Status)
+	}
+	if _, err := a.qp.PostSend([]verbs.SendWR{{WRID: 2, Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled,
+		SG: []verbs.SGE{a.mr.SGE(0, 4096)}, RemoteAddr: b.mr.Addr, RKey: b.mr.RKey}}); err != nil {
+		t.Fatal(err)
+	}
+	if wc := wait(t, a, 1)[0]; wc.Status != verbs.WCRetryExcErr {
+		t.Fatalf("a 4 KiB WRITE held 20 ms per try with a 1 ms ACK timeout: %v, want RETRY_EXC", wc.Status)
+	}
+}
