@@ -430,6 +430,9 @@ func (qp *QP) execute(s *reqState, a *qpAttr, p *pending, w []byte, f *sq.CtrlFi
 		synd = cq.SyndromeLocalQPOp
 	}
 	if synd != 0 {
+		if req != nil {
+			req.release() // never sent: back to the pool
+		}
 		qp.fail(s, p, synd)
 		return
 	}

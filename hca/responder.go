@@ -263,6 +263,7 @@ func (qp *QP) serveWrite(s *respState, r *request, a *qpAttr) respKind {
 	if r.length > 0 { // a zero-length WRITE does not validate its R_Key (IBA C9-88)
 		dst, dsig, err := qp.resolveKey(s.segs[:0], r.rkey, r.raddr, r.length, klm.RemoteWrite, false)
 		if err != nil {
+			s.segs = scrub(s.segs)
 			return respAccess
 		}
 		qp.moveData(r.from, dst, dsig, r.src, r.srcSig)
@@ -286,6 +287,7 @@ func (qp *QP) serveReadKind(s *respState, r *request, a *qpAttr) (respKind, uint
 	}
 	src, ssig, err := qp.resolveKey(s.segs[:0], r.rkey, r.raddr, r.length, klm.RemoteRead, true)
 	if err != nil {
+		s.segs = scrub(s.segs)
 		return respAccess, 0
 	}
 	qp.moveData(r.from, r.dst, r.dstSig, src, ssig)
@@ -364,9 +366,11 @@ func scatterFrom(segs [][]byte, b []byte) {
 	}
 }
 
-// scrub clears a scratch slice of segments for reuse: it must not keep
-// memory reachable (a function's unmapped memory) after the request.
+// scrub clears a scratch slice of segments for reuse, up to its capacity
+// (a resolution that faulted part-way leaves entries past its length): it
+// must not keep memory reachable (a function's unmapped memory) after the
+// request.
 func scrub(segs [][]byte) [][]byte {
-	clear(segs)
+	clear(segs[:cap(segs)])
 	return segs[:0]
 }
