@@ -243,6 +243,16 @@ func (p *perfPI) sigKey(e *perfEnd, size int) (uint32, int, error) {
 	return mr.RKey, wire, nil
 }
 
+// writeSG is a WRITE's source through a signature key on side a (the
+// requester's data side): the key's wire domain, from offset 0.
+func (p *perfPI) writeSG(a *perfEnd, size int) ([]verbs.SGE, error) {
+	key, wire, err := p.sigKey(a, size)
+	if err != nil {
+		return nil, err
+	}
+	return []verbs.SGE{{Addr: 0, Length: uint32(wire), LKey: key}}, nil
+}
+
 // perfBufSize is the buffer each side registers: the data, room for its
 // PI, at least 64 bytes.
 func perfBufSize(size int) int { return max(size+size/512*8+8, 64) }
@@ -308,11 +318,9 @@ func perfRun(open func() (*verbs.Context, error), op verbs.WROpcode, size, qd in
 		// The data's side holds the signature key: the requester's for a
 		// WRITE (its source), the responder's for a READ.
 		if op == verbs.WRRDMAWrite {
-			key, wire, err := pi.sigKey(a, size)
-			if err != nil {
+			if wr.SG, err = pi.writeSG(a, size); err != nil {
 				return nil, err
 			}
-			wr.SG = []verbs.SGE{{Addr: 0, Length: uint32(wire), LKey: key}}
 		} else {
 			key, wire, err := pi.sigKey(b, size)
 			if err != nil {

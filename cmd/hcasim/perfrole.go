@@ -205,11 +205,9 @@ func perfClient(open func() (*verbs.Context, error), peer, opName string, size, 
 		RemoteAddr: acc.Addr, RKey: acc.RKey}
 	if pi.mode != "none" {
 		if op == verbs.WRRDMAWrite {
-			key, wire, err := pi.sigKey(a, size)
-			if err != nil {
+			if wr.SG, err = pi.writeSG(a, size); err != nil {
 				return nil, err
 			}
-			wr.SG = []verbs.SGE{{Addr: 0, Length: uint32(wire), LKey: key}}
 		} else {
 			if acc.Wire <= 0 || acc.Wire > len(a.mr.Buf) {
 				return nil, fmt.Errorf("perf client: the server's wire length %d", acc.Wire)

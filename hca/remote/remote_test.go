@@ -1,7 +1,6 @@
 package remote_test
 
 import (
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -14,21 +13,8 @@ import (
 // daemon starts a server for dev on a fresh socket and returns its path.
 func daemon(t testing.TB, dev *hca.Device) (string, *remote.Server) {
 	t.Helper()
-	path := filepath.Join(t.TempDir(), "hcasim.sock")
-	l, err := remote.Listen(path)
-	if err != nil {
-		t.Fatal(err)
-	}
 	s := &remote.Server{Dev: dev}
-	done := make(chan error, 1)
-	go func() { done <- s.Serve(l) }()
-	t.Cleanup(func() {
-		s.Shutdown(0)
-		if err := <-done; err != nil {
-			t.Errorf("serve: %v", err)
-		}
-	})
-	return path, s
+	return serveWith(t, s), s
 }
 
 func dialer(path string) hcatest.Opener {

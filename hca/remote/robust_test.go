@@ -434,13 +434,7 @@ func TestMalformedMessages(t *testing.T) {
 // serveWith is daemon with a server of the caller's.
 func serveWith(t testing.TB, s *remote.Server) string {
 	t.Helper()
-	path := t.TempDir() + "/hcasim.sock"
-	l, err := remote.Listen(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- s.Serve(l) }()
+	path, done := startServe(t, s)
 	t.Cleanup(func() {
 		s.Shutdown(0)
 		if err := <-done; err != nil {
@@ -448,6 +442,20 @@ func serveWith(t testing.TB, s *remote.Server) string {
 		}
 	})
 	return path
+}
+
+// startServe serves s on a new socket; Serve's result arrives on the
+// channel (the caller shuts the server down).
+func startServe(t testing.TB, s *remote.Server) (string, <-chan error) {
+	t.Helper()
+	path := t.TempDir() + "/hcasim.sock"
+	l, err := remote.Listen(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- s.Serve(l) }()
+	return path, done
 }
 
 // waitFDs waits for the process's descriptor count to come back to n (a
@@ -1414,14 +1422,8 @@ func TestListen(t *testing.T) {
 func TestShutdown(t *testing.T) {
 	dev := hca.New(hca.Options{TimeScale: 4})
 	t.Cleanup(func() { dev.Close() })
-	path := t.TempDir() + "/hcasim.sock"
-	l, err := remote.Listen(path)
-	if err != nil {
-		t.Fatal(err)
-	}
 	s := &remote.Server{Dev: dev}
-	done := make(chan error, 1)
-	go func() { done <- s.Serve(l) }()
+	path, done := startServe(t, s)
 	const all = verbs.AccessLocalWrite | verbs.AccessRemoteWrite | verbs.AccessRemoteRead
 	a := newNode(t, dial(t, path), 1<<16, all)
 	b := newNode(t, dial(t, path), 1<<16, all)
@@ -1574,14 +1576,8 @@ func TestShutdownGrace(t *testing.T) {
 	for _, leave := range []bool{false, true} {
 		dev := hca.New(hca.Options{TimeScale: 4})
 		t.Cleanup(func() { dev.Close() })
-		path := t.TempDir() + "/hcasim.sock"
-		l, err := remote.Listen(path)
-		if err != nil {
-			t.Fatal(err)
-		}
 		s := &remote.Server{Dev: dev}
-		done := make(chan error, 1)
-		go func() { done <- s.Serve(l) }()
+		path, done := startServe(t, s)
 		const all = verbs.AccessLocalWrite | verbs.AccessRemoteWrite | verbs.AccessRemoteRead
 		ctx, err := verbs.Dial(path)
 		if err != nil {
