@@ -1,0 +1,326 @@
+/* Completion queues: the CQ ring shared with the daemon, polled here
+ * (ibv_poll_cq and the ibv_cq_ex start/next/end API), arming and
+ * completion events. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "hcasim.h"
+
+#define CQE_SIZE 64
+
+/* next_cqe returns the CQE at the consumer index if the device has
+ * written it: its last word is read with one load, then the rest. */
+static uint8_t *next_cqe(struct hc_cq *cq)
+{
+	uint8_t *e = cq->ring + (size_t)(cq->ci & ((1u << cq->log) - 1)) * CQE_SIZE;
+	uint32_t last = hc_load32(e + 60);
+	uint8_t op_own = (uint8_t)last;
+	if ((op_own >> 4) == HC_CQE_INVALID || (op_own & 1) != ((cq->ci >> cq->log) & 1))
+		return NULL;
+	return e;
+}
+
+/* to_wc turns the CQE into a work completion; it returns 0 for CQEs that
+ * make none (signature errors, CQEs of QPs already destroyed). */
+static int to_wc(struct hc_cq *cq, const uint8_t *e, struct ibv_wc *wc)
+{
+	int op = e[63] >> 4;
+	if (op == HC_CQE_SIG_ERR)
+		return 0;
+	uint32_t qpn = hc_get32(e + 56) & 0xFFFFFF;
+	struct hc_qp *qp = cq->cur_qp && cq->cur_qp->qpx.qp_base.qp_num == qpn ? cq->cur_qp : hc_find_qp(cq->ctx, qpn);
+	if (!qp)
+		return 0;
+	cq->cur_qp = qp;
+	memset(wc, 0, sizeof *wc);
+	wc->qp_num = qpn;
+	switch (op) {
+	case HC_CQE_REQ:
+	case HC_CQE_REQ_ERR:
+		hc_send_done(qp, e, wc);
+		return 1;
+	case HC_CQE_RESP_WR_IMM:
+	case HC_CQE_RESP_SEND:
+	case HC_CQE_RESP_SEND_IMM:
+	case HC_CQE_RESP_SEND_INV:
+	case HC_CQE_RESP_ERR:
+		hc_recv_done(qp, e, wc);
+		return 1;
+	}
+	return 0;
+}
+
+int hc_poll_cq(struct ibv_cq *ibcq, int n, struct ibv_wc *wc)
+{
+	struct hc_cq *cq = hc_cq(ibcq);
+	int got = 0;
+	if (n < 0)
+		return -EINVAL;
+	pthread_mutex_lock(&cq->lock);
+	uint32_t ci0 = cq->ci;
+	while (got < n) {
+		uint8_t *e = next_cqe(cq);
+		if (!e)
+			break;
+		cq->ci++;
+		got += to_wc(cq, e, &wc[got]);
+	}
+	if (cq->ci != ci0)
+		hc_store32(cq->db, cq->ci & 0xFFFFFF);
+	pthread_mutex_unlock(&cq->lock);
+	return got;
+}
+
+int hc_req_notify_cq(struct ibv_cq *ibcq, int solicited)
+{
+	struct hc_cq *cq = hc_cq(ibcq);
+	pthread_mutex_lock(&cq->lock);
+	cq->arm_sn++;
+	uint32_t word = (uint32_t)(cq->arm_sn & 3) << 28 | (solicited ? 0x01000000u : 0) | (cq->ci & 0xFFFFFF);
+	pthread_mutex_unlock(&cq->lock);
+	return hc_arm(cq->ctx, cq->cqn, word);
+}
+
+/* hc_cq_event queues a completion event for the CQ's channel (the reader
+ * thread calls it). */
+void hc_cq_event(struct hc_context *ctx, uint32_t cqn)
+{
+	pthread_mutex_lock(&ctx->obj_mu);
+	struct hc_cq *cq = cqn < ctx->ncqs ? ctx->cqs[cqn] : NULL;
+	struct hc_channel *ch = cq ? cq->channel : NULL;
+	int queued = 0;
+	if (ch) {
+		pthread_mutex_lock(&ch->mu);
+		if (ch->n == ch->cap) {
+			size_t nc = ch->cap ? 2 * ch->cap : 16;
+			struct hc_cq **q = malloc(nc * sizeof *q);
+			if (q) {
+				for (size_t i = 0; i < ch->n; i++)
+					q[i] = ch->q[(ch->head + i) % ch->cap];
+				free(ch->q);
+				ch->q = q;
+				ch->head = 0;
+				ch->cap = nc;
+			}
+		}
+		if (ch->n < ch->cap) {
+			ch->q[(ch->head + ch->n) % ch->cap] = cq;
+			ch->n++;
+			queued = 1;
+		}
+		pthread_mutex_unlock(&ch->mu);
+	}
+	pthread_mutex_unlock(&ctx->obj_mu);
+	if (queued) {
+		uint64_t one = 1;
+		while (write(ch->ch.fd, &one, sizeof one) < 0 && errno == EINTR)
+			;
+	}
+}
+
+/* ibv_cq_ex polling. The current completion is kept in cur. */
+static int ex_fill(struct hc_cq *cq)
+{
+	for (;;) {
+		uint8_t *e = next_cqe(cq);
+		if (!e)
+			return ENOENT;
+		cq->ci++;
+		if (to_wc(cq, e, &cq->cur)) {
+			cq->cqx.wr_id = cq->cur.wr_id;
+			cq->cqx.status = cq->cur.status;
+			return 0;
+		}
+	}
+}
+
+static int ex_start_poll(struct ibv_cq_ex *x, struct ibv_poll_cq_attr *attr)
+{
+	struct hc_cq *cq = (struct hc_cq *)x;
+	if (attr && attr->comp_mask)
+		return EINVAL;
+	pthread_mutex_lock(&cq->lock);
+	int err = ex_fill(cq);
+	if (err) {
+		hc_store32(cq->db, cq->ci & 0xFFFFFF);
+		pthread_mutex_unlock(&cq->lock);
+	}
+	return err;
+}
+
+static int ex_next_poll(struct ibv_cq_ex *x) { return ex_fill((struct hc_cq *)x); }
+
+static void ex_end_poll(struct ibv_cq_ex *x)
+{
+	struct hc_cq *cq = (struct hc_cq *)x;
+	hc_store32(cq->db, cq->ci & 0xFFFFFF);
+	pthread_mutex_unlock(&cq->lock);
+}
+
+#define CUR(x) (((struct hc_cq *)(x))->cur)
+static enum ibv_wc_opcode ex_opcode(struct ibv_cq_ex *x) { return CUR(x).opcode; }
+static uint32_t ex_vendor_err(struct ibv_cq_ex *x) { return CUR(x).vendor_err; }
+static uint32_t ex_byte_len(struct ibv_cq_ex *x) { return CUR(x).byte_len; }
+static __be32 ex_imm_data(struct ibv_cq_ex *x) { return CUR(x).imm_data; }
+static uint32_t ex_qp_num(struct ibv_cq_ex *x) { return CUR(x).qp_num; }
+static uint32_t ex_src_qp(struct ibv_cq_ex *x) { return CUR(x).src_qp; }
+static unsigned ex_wc_flags(struct ibv_cq_ex *x) { return CUR(x).wc_flags; }
+static uint32_t ex_slid(struct ibv_cq_ex *x) { return CUR(x).slid; }
+static uint8_t ex_sl(struct ibv_cq_ex *x) { return CUR(x).sl; }
+static uint8_t ex_dlid_path_bits(struct ibv_cq_ex *x) { return CUR(x).dlid_path_bits; }
+
+/* The wc_flags an extended CQ can report. */
+#define HC_WC_FLAGS IBV_WC_STANDARD_FLAGS
+
+static struct hc_cq *create_cq(struct ibv_context *c, int cqe, void *cq_context, struct ibv_comp_channel *channel,
+			       int comp_vector)
+{
+	struct hc_context *ctx = hc_ctx(c);
+	if (cqe <= 0 || cqe > (1 << ctx->caps.log_max_cq) - 1 || comp_vector < 0 || comp_vector >= c->num_comp_vectors ||
+	    (channel && channel->context != c)) {
+		errno = EINVAL;
+		return NULL;
+	}
+	uint8_t log = 0;
+	while ((1u << log) < (unsigned)cqe + 1)
+		log++;
+	struct hc_cq *cq = calloc(1, sizeof *cq);
+	if (!cq) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	size_t ring = (size_t)CQE_SIZE << log;
+	int err = hc_dma_alloc(ctx, ring + 64, &cq->mem);
+	if (err) {
+		free(cq);
+		errno = err;
+		return NULL;
+	}
+	cq->ctx = ctx;
+	cq->ring = cq->mem.addr;
+	cq->db = cq->mem.addr + ring;
+	cq->log = log;
+	for (size_t i = 0; i < (1u << log); i++)
+		cq->ring[i * CQE_SIZE + 63] = 0xF1; /* opcode INVALID, owner 1: mlx5's initialisation */
+	uint8_t in[32] = {0}, out[64];
+	hc_cmd_header(in, HC_CMD_CREATE_CQ);
+	in[8] = log;
+	hc_put64(in + 16, cq->mem.iova);
+	hc_put64(in + 24, cq->mem.iova + ring);
+	err = hc_cmd(ctx, in, sizeof in, out, sizeof out, NULL);
+	if (!err) {
+		cq->cqn = hc_get32(out + 8) & 0xFFFFFF;
+		err = hc_table_put(ctx, 0, cq->cqn, cq);
+	}
+	if (err) {
+		hc_dma_free(ctx, &cq->mem);
+		free(cq);
+		errno = err;
+		return NULL;
+	}
+	pthread_mutex_init(&cq->lock, NULL);
+	struct ibv_cq_ex *x = &cq->cqx;
+	x->context = c;
+	x->channel = channel;
+	x->cq_context = cq_context;
+	x->handle = cq->cqn;
+	x->cqe = (1 << log) - 1;
+	pthread_mutex_init(&x->mutex, NULL);
+	pthread_cond_init(&x->cond, NULL);
+	if (channel) {
+		struct hc_channel *ch = (struct hc_channel *)channel;
+		pthread_mutex_lock(&ch->mu);
+		ch->ncq++;
+		pthread_mutex_unlock(&ch->mu);
+		cq->channel = ch;
+	}
+	return cq;
+}
+
+HC_EXPORT struct ibv_cq *ibv_create_cq(struct ibv_context *c, int cqe, void *cq_context,
+				       struct ibv_comp_channel *channel, int comp_vector)
+{
+	struct hc_cq *cq = create_cq(c, cqe, cq_context, channel, comp_vector);
+	return cq ? ibv_cq_ex_to_cq(&cq->cqx) : NULL;
+}
+
+struct ibv_cq_ex *hc_create_cq_ex(struct ibv_context *c, struct ibv_cq_init_attr_ex *a)
+{
+	if (a->comp_mask & ~(uint32_t)(IBV_CQ_INIT_ATTR_MASK_FLAGS | IBV_CQ_INIT_ATTR_MASK_PD) ||
+	    ((a->comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS) &&
+	     (a->flags & ~(uint32_t)(IBV_CREATE_CQ_ATTR_SINGLE_THREADED | IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN)))) {
+		errno = EINVAL;
+		return NULL;
+	}
+	if (a->wc_flags & ~(uint64_t)HC_WC_FLAGS) {
+		errno = EOPNOTSUPP; /* timestamps, VLANs, flow tags, tag matching */
+		return NULL;
+	}
+	if ((a->comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS) && (a->flags & IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN)) {
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	struct hc_cq *cq = create_cq(c, (int)a->cqe, a->cq_context, a->channel, (int)a->comp_vector);
+	if (!cq)
+		return NULL;
+	struct ibv_cq_ex *x = &cq->cqx;
+	cq->ex = 1;
+	x->start_poll = ex_start_poll;
+	x->next_poll = ex_next_poll;
+	x->end_poll = ex_end_poll;
+	x->read_opcode = ex_opcode;
+	x->read_vendor_err = ex_vendor_err;
+	x->read_byte_len = ex_byte_len;
+	x->read_imm_data = ex_imm_data;
+	x->read_qp_num = ex_qp_num;
+	x->read_src_qp = ex_src_qp;
+	x->read_wc_flags = ex_wc_flags;
+	x->read_slid = ex_slid;
+	x->read_sl = ex_sl;
+	x->read_dlid_path_bits = ex_dlid_path_bits;
+	return x;
+}
+
+HC_EXPORT int ibv_destroy_cq(struct ibv_cq *ibcq)
+{
+	struct hc_cq *cq = hc_cq(ibcq);
+	struct hc_context *ctx = cq->ctx;
+	uint8_t in[12], out[64];
+	hc_cmd_header(in, HC_CMD_DESTROY_CQ);
+	hc_put32(in + 8, cq->cqn);
+	int err = hc_cmd(ctx, in, sizeof in, out, sizeof out, NULL);
+	if (err && err != EIO)
+		return err;
+	pthread_mutex_lock(&ctx->obj_mu);
+	if (cq->cqn < ctx->ncqs)
+		ctx->cqs[cq->cqn] = NULL;
+	struct hc_channel *ch = cq->channel;
+	if (ch) {
+		/* Drop its queued events; their counts stay on the eventfd and
+		 * ibv_get_cq_event skips them. */
+		pthread_mutex_lock(&ch->mu);
+		size_t k = 0;
+		for (size_t i = 0; i < ch->n; i++) {
+			struct hc_cq *q = ch->q[(ch->head + i) % ch->cap];
+			if (q != cq)
+				ch->q[(ch->head + k++) % ch->cap] = q;
+		}
+		ch->n = k;
+		ch->ncq--;
+		pthread_mutex_unlock(&ch->mu);
+	}
+	pthread_mutex_unlock(&ctx->obj_mu);
+	hc_dma_free(ctx, &cq->mem);
+	free(cq);
+	return 0;
+}
+
+HC_EXPORT int ibv_resize_cq(struct ibv_cq *cq, int cqe)
+{
+	(void)cq;
+	(void)cqe;
+	HC_UNIMPLEMENTED("ibv_resize_cq");
+	return EOPNOTSUPP;
+}

@@ -1,0 +1,724 @@
+/* The device list, contexts, queries, protection domains, completion
+ * channels and async events. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include "hcasim.h"
+
+#undef ibv_get_device_list
+#undef ibv_query_port
+
+#define HC_DEV_NAME "hcasim0"
+#define HC_IBDEV_PATH "/sys/class/infiniband/" HC_DEV_NAME
+#define HC_FW_VER "16.35.0000"
+#define HC_BOARD_ID "HCASIM_0001"
+
+/* A device as libibverbs lays it out: room for a verbs_device after the
+ * ibv_device, in case a provider library ever looks past it. */
+struct hc_device {
+	struct ibv_device dev;
+	uint8_t verbs_device_rest[512];
+	uint16_t lid;
+};
+
+static pthread_mutex_t list_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct hc_device *the_device; /* under list_mu; lives for the process */
+
+uint64_t hc_guid(uint16_t lid) { return 0x0002c90300000000ULL | (uint64_t)lid << 8 | 0x01; }
+
+HC_EXPORT struct ibv_device **ibv_get_device_list(int *num)
+{
+	struct ibv_device **list = calloc(2, sizeof *list);
+	if (!list) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	if (num)
+		*num = 0;
+	uint16_t lid;
+	int s = hc_dial(hc_socket_path(), &lid);
+	if (s < 0) {
+		static int once;
+		if (!__atomic_exchange_n(&once, 1, __ATOMIC_RELAXED) && !getenv("HCASIM_QUIET"))
+			fprintf(stderr,
+				"hcasim: no hcasim daemon at %s (%s): start one with `hcasim serve --socket PATH` and "
+				"set HCASIM_SOCKET=PATH, or run the program under `hcasim exec --`\n",
+				hc_socket_path(), strerror(errno));
+		return list; /* no devices: an empty list, as libibverbs gives */
+	}
+	close(s);
+	pthread_mutex_lock(&list_mu);
+	if (!the_device) {
+		struct hc_device *d = calloc(1, sizeof *d);
+		if (d) {
+			d->dev.node_type = IBV_NODE_CA;
+			d->dev.transport_type = IBV_TRANSPORT_IB;
+			snprintf(d->dev.name, sizeof d->dev.name, "%s", HC_DEV_NAME);
+			snprintf(d->dev.dev_name, sizeof d->dev.dev_name, "uverbs0");
+			snprintf(d->dev.dev_path, sizeof d->dev.dev_path, "/sys/class/infiniband_verbs/uverbs0");
+			snprintf(d->dev.ibdev_path, sizeof d->dev.ibdev_path, "%s", HC_IBDEV_PATH);
+			d->lid = lid;
+			the_device = d;
+		}
+	}
+	if (the_device) {
+		the_device->lid = lid;
+		list[0] = &the_device->dev;
+		if (num)
+			*num = 1;
+	}
+	pthread_mutex_unlock(&list_mu);
+	return list;
+}
+
+HC_EXPORT void ibv_free_device_list(struct ibv_device **list) { free(list); }
+
+HC_EXPORT const char *ibv_get_device_name(struct ibv_device *d) { return d ? d->name : NULL; }
+
+HC_EXPORT __be64 ibv_get_device_guid(struct ibv_device *d)
+{
+	return htobe64(hc_guid(((struct hc_device *)d)->lid));
+}
+
+HC_EXPORT int ibv_get_device_index(struct ibv_device *d)
+{
+	(void)d;
+	return 0;
+}
+
+static void parse_caps(const uint8_t *o, struct hc_caps *c)
+{
+	c->max_pd = hc_get32(o + 8);
+	c->max_cq = hc_get32(o + 12);
+	c->max_qp = hc_get32(o + 16);
+	c->max_psv = hc_get32(o + 20);
+	c->max_mkeys = hc_get32(o + 24);
+	c->log_max_cq = o[28];
+	c->log_max_sq = o[29];
+	c->log_max_rq = o[30];
+	c->log_max_klm = o[31];
+	c->max_sge = hc_get16(o + 32);
+	c->max_indirection = o[34];
+	c->max_rd_atomic = o[35];
+	c->max_inline = hc_get32(o + 36);
+	c->sig_handover = o[43] & 1;
+	c->lid = hc_get16(o + 44);
+	c->min_log_page = o[50];
+	c->max_log_page = o[51];
+	c->max_mapped = hc_get64(o + 56);
+}
+
+static struct ibv_context *open_device(struct ibv_device *device)
+{
+	struct hc_context *ctx = calloc(1, sizeof *ctx);
+	if (!ctx) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	uint16_t lid;
+	ctx->sock = hc_dial(hc_socket_path(), &lid);
+	if (ctx->sock < 0) {
+		int e = errno;
+		free(ctx);
+		errno = e == ENOENT || e == ECONNREFUSED ? ENODEV : e;
+		return NULL;
+	}
+	pthread_mutex_init(&ctx->req_mu, NULL);
+	pthread_mutex_init(&ctx->mu, NULL);
+	pthread_cond_init(&ctx->cond, NULL);
+	pthread_mutex_init(&ctx->obj_mu, NULL);
+	struct ibv_context *c = &ctx->vctx.context;
+	c->device = device;
+	c->cmd_fd = ctx->sock;
+	c->async_fd = eventfd(0, EFD_CLOEXEC | EFD_SEMAPHORE);
+	c->num_comp_vectors = 1;
+	pthread_mutex_init(&c->mutex, NULL);
+	c->abi_compat = __VERBS_ABI_IS_EXTENDED;
+	ctx->vctx.sz = sizeof ctx->vctx;
+	int err = c->async_fd < 0 ? errno : hc_start(ctx);
+	if (err)
+		goto fail;
+	uint8_t in[8], out[64];
+	hc_cmd_header(in, HC_CMD_QUERY_HCA_CAP);
+	err = hc_cmd(ctx, in, sizeof in, out, sizeof out, NULL);
+	if (err)
+		goto fail;
+	parse_caps(out, &ctx->caps);
+	c->ops.poll_cq = hc_poll_cq;
+	c->ops.req_notify_cq = hc_req_notify_cq;
+	c->ops.post_send = hc_post_send;
+	c->ops.post_recv = hc_post_recv;
+	ctx->vctx.query_port = hc_query_port;
+	ctx->vctx.query_device_ex = hc_query_device_ex;
+	ctx->vctx.create_qp_ex = hc_create_qp_ex;
+	ctx->vctx.create_cq_ex = hc_create_cq_ex;
+	hc_fill_unimplemented_ops(ctx);
+	return c;
+fail:
+	if (ctx->reader_started)
+		hc_stop(ctx);
+	else
+		close(ctx->sock);
+	if (c->async_fd >= 0)
+		close(c->async_fd);
+	free(ctx->reply);
+	free(ctx);
+	errno = err;
+	return NULL;
+}
+
+HC_EXPORT struct ibv_context *ibv_open_device(struct ibv_device *device)
+{
+	if (!device) {
+		errno = EINVAL;
+		return NULL;
+	}
+	return open_device(device);
+}
+
+HC_EXPORT int ibv_close_device(struct ibv_context *c)
+{
+	struct hc_context *ctx = hc_ctx(c);
+	hc_stop(ctx);
+	hc_mr_context_closed(ctx);
+	close(c->async_fd);
+	for (struct hc_async *a = ctx->async_head, *n; a; a = n) {
+		n = a->next;
+		free(a);
+	}
+	free(ctx->cqs);
+	free(ctx->qps);
+	free(ctx);
+	return 0;
+}
+
+HC_EXPORT int ibv_query_device(struct ibv_context *c, struct ibv_device_attr *a)
+{
+	struct hc_context *ctx = hc_ctx(c);
+	struct hc_caps *k = &ctx->caps;
+	memset(a, 0, sizeof *a);
+	snprintf(a->fw_ver, sizeof a->fw_ver, "%s", HC_FW_VER);
+	a->node_guid = htobe64(hc_guid(k->lid));
+	a->sys_image_guid = a->node_guid;
+	a->max_mr_size = k->max_mapped ? k->max_mapped : 1ULL << 40;
+	a->page_size_cap = ~4095ULL & ((2ULL << (k->max_log_page ? k->max_log_page : 30)) - 1);
+	a->vendor_id = 0x02c9;
+	a->vendor_part_id = 4119; /* ConnectX-5 */
+	a->hw_ver = 0;
+	a->max_qp = (int)k->max_qp;
+	a->max_qp_wr = 1 << k->log_max_sq;
+	a->device_cap_flags = IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_PORT_ACTIVE_EVENT | IBV_DEVICE_SYS_IMAGE_GUID |
+			      IBV_DEVICE_CHANGE_PHY_PORT;
+	a->max_sge = k->max_sge;
+	a->max_sge_rd = k->max_sge;
+	a->max_cq = (int)k->max_cq;
+	a->max_cqe = (1 << k->log_max_cq) - 1;
+	a->max_mr = (int)k->max_mkeys;
+	a->max_pd = (int)k->max_pd;
+	a->max_qp_rd_atom = k->max_rd_atomic;
+	a->max_qp_init_rd_atom = k->max_rd_atomic;
+	a->max_res_rd_atom = (int)(k->max_qp * k->max_rd_atomic);
+	a->atomic_cap = IBV_ATOMIC_HCA;
+	a->max_pkeys = 1;
+	a->local_ca_ack_delay = 16;
+	a->phys_port_cnt = 1;
+	return 0;
+}
+
+int hc_query_device_ex(struct ibv_context *c, const struct ibv_query_device_ex_input *in, struct ibv_device_attr_ex *a,
+		       size_t len)
+{
+	if (in && in->comp_mask)
+		return EINVAL;
+	if (len < sizeof a->orig_attr)
+		return EINVAL;
+	struct ibv_device_attr_ex x;
+	memset(&x, 0, sizeof x);
+	ibv_query_device(c, &x.orig_attr);
+	x.max_dm_size = 0;
+	x.phys_port_cnt_ex = 1;
+	memcpy(a, &x, len < sizeof x ? len : sizeof x);
+	if (len > sizeof x)
+		memset((char *)a + sizeof x, 0, len - sizeof x);
+	return 0;
+}
+
+static void fill_port(struct hc_context *ctx, struct ibv_port_attr *a)
+{
+	memset(a, 0, sizeof *a);
+	a->state = IBV_PORT_ACTIVE;
+	a->max_mtu = IBV_MTU_4096;
+	a->active_mtu = IBV_MTU_4096;
+	a->gid_tbl_len = 1;
+	a->port_cap_flags = IBV_PORT_CM_SUP | IBV_PORT_DEVICE_MGMT_SUP | IBV_PORT_VENDOR_CLASS_SUP;
+	a->max_msg_sz = 1u << 30;
+	a->pkey_tbl_len = 1;
+	a->lid = ctx->caps.lid;
+	a->sm_lid = ctx->caps.lid;
+	a->max_vl_num = 1;
+	a->subnet_timeout = 18;
+	a->active_width = 2;  /* 4X */
+	a->active_speed = 32; /* EDR */
+	a->phys_state = 5;    /* LinkUp */
+	a->link_layer = IBV_LINK_LAYER_INFINIBAND;
+}
+
+int hc_query_port(struct ibv_context *c, uint8_t port, struct ibv_port_attr *a, size_t len)
+{
+	if (port != 1)
+		return EINVAL;
+	struct ibv_port_attr p;
+	fill_port(hc_ctx(c), &p);
+	memcpy(a, &p, len < sizeof p ? len : sizeof p);
+	return 0;
+}
+
+/* The exported ibv_query_port takes the old structure: everything up to
+ * port_cap_flags2. */
+HC_EXPORT int ibv_query_port(struct ibv_context *c, uint8_t port, struct _compat_ibv_port_attr *a)
+{
+	return hc_query_port(c, port, (struct ibv_port_attr *)a, offsetof(struct ibv_port_attr, port_cap_flags2));
+}
+
+static void fill_gid(struct hc_context *ctx, union ibv_gid *g)
+{
+	memset(g, 0, sizeof *g);
+	g->global.subnet_prefix = htobe64(0xfe80000000000000ULL);
+	g->global.interface_id = htobe64(hc_guid(ctx->caps.lid));
+}
+
+HC_EXPORT int ibv_query_gid(struct ibv_context *c, uint8_t port, int index, union ibv_gid *gid)
+{
+	if (port != 1 || index != 0) {
+		errno = EINVAL;
+		return -1;
+	}
+	fill_gid(hc_ctx(c), gid);
+	return 0;
+}
+
+HC_EXPORT int _ibv_query_gid_ex(struct ibv_context *c, uint32_t port, uint32_t index, struct ibv_gid_entry *e,
+				uint32_t flags, size_t len)
+{
+	if (flags || port != 1 || len < sizeof *e)
+		return EINVAL;
+	if (index != 0)
+		return ENODATA;
+	memset(e, 0, len);
+	fill_gid(hc_ctx(c), &e->gid);
+	e->gid_index = 0;
+	e->port_num = 1;
+	e->gid_type = IBV_GID_TYPE_IB;
+	return 0;
+}
+
+HC_EXPORT ssize_t _ibv_query_gid_table(struct ibv_context *c, struct ibv_gid_entry *e, size_t max, uint32_t flags,
+				       size_t len)
+{
+	if (flags || len < sizeof *e)
+		return -EINVAL;
+	if (max < 1)
+		return -EINVAL;
+	int err = _ibv_query_gid_ex(c, 1, 0, e, 0, len);
+	return err ? -err : 1;
+}
+
+/* ibv_query_gid_type (IBVERBS_PRIVATE): 0 is IB / RoCE v1. */
+HC_EXPORT int ibv_query_gid_type(struct ibv_context *c, uint8_t port, unsigned index, int *type)
+{
+	(void)c;
+	if (port != 1 || index != 0) {
+		errno = EINVAL;
+		return -1;
+	}
+	*type = 0;
+	return 0;
+}
+
+HC_EXPORT int ibv_query_pkey(struct ibv_context *c, uint8_t port, int index, __be16 *pkey)
+{
+	(void)c;
+	if (port != 1 || index != 0) {
+		errno = EINVAL;
+		return -1;
+	}
+	*pkey = htobe16(0xFFFF);
+	return 0;
+}
+
+HC_EXPORT int ibv_get_pkey_index(struct ibv_context *c, uint8_t port, __be16 pkey)
+{
+	(void)c;
+	if (port != 1 || be16toh(pkey) != 0xFFFF) {
+		errno = ENOENT;
+		return -1;
+	}
+	return 0;
+}
+
+/* Protection domains. */
+HC_EXPORT struct ibv_pd *ibv_alloc_pd(struct ibv_context *c)
+{
+	struct hc_context *ctx = hc_ctx(c);
+	uint8_t in[8], out[64];
+	hc_cmd_header(in, HC_CMD_ALLOC_PD);
+	int err = hc_cmd(ctx, in, sizeof in, out, sizeof out, NULL);
+	if (err) {
+		errno = err;
+		return NULL;
+	}
+	struct ibv_pd *pd = calloc(1, sizeof *pd);
+	if (!pd) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	pd->context = c;
+	pd->handle = hc_get32(out + 8) & 0xFFFFFF;
+	return pd;
+}
+
+HC_EXPORT int ibv_dealloc_pd(struct ibv_pd *pd)
+{
+	struct hc_context *ctx = hc_ctx(pd->context);
+	uint8_t in[12], out[64];
+	hc_cmd_header(in, HC_CMD_DEALLOC_PD);
+	hc_put32(in + 8, pd->handle);
+	int err = hc_cmd(ctx, in, sizeof in, out, sizeof out, NULL);
+	if (err && err != EIO)
+		return err;
+	free(pd);
+	return 0;
+}
+
+/* Completion channels. */
+HC_EXPORT struct ibv_comp_channel *ibv_create_comp_channel(struct ibv_context *c)
+{
+	struct hc_channel *ch = calloc(1, sizeof *ch);
+	if (!ch) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	ch->ch.fd = eventfd(0, EFD_CLOEXEC | EFD_SEMAPHORE);
+	if (ch->ch.fd < 0) {
+		int e = errno;
+		free(ch);
+		errno = e;
+		return NULL;
+	}
+	ch->ch.context = c;
+	pthread_mutex_init(&ch->mu, NULL);
+	return &ch->ch;
+}
+
+HC_EXPORT int ibv_destroy_comp_channel(struct ibv_comp_channel *channel)
+{
+	struct hc_channel *ch = (struct hc_channel *)channel;
+	pthread_mutex_lock(&ch->mu);
+	int busy = ch->ncq > 0;
+	pthread_mutex_unlock(&ch->mu);
+	if (busy) {
+		errno = EBUSY;
+		return EBUSY;
+	}
+	close(ch->ch.fd);
+	free(ch->q);
+	free(ch);
+	return 0;
+}
+
+/* read_counter takes one count from an eventfd (blocking unless the
+ * program made it non-blocking). */
+static int read_counter(int fd)
+{
+	uint64_t v;
+	for (;;) {
+		ssize_t n = read(fd, &v, sizeof v);
+		if (n == sizeof v)
+			return 0;
+		if (n < 0 && errno == EINTR)
+			continue;
+		return -1;
+	}
+}
+
+HC_EXPORT int ibv_get_cq_event(struct ibv_comp_channel *channel, struct ibv_cq **cq, void **cq_context)
+{
+	struct hc_channel *ch = (struct hc_channel *)channel;
+	for (;;) {
+		if (read_counter(ch->ch.fd) < 0)
+			return -1;
+		pthread_mutex_lock(&ch->mu);
+		if (ch->n == 0) {
+			/* The event's CQ was destroyed after it was counted. */
+			pthread_mutex_unlock(&ch->mu);
+			continue;
+		}
+		struct hc_cq *q = ch->q[ch->head];
+		ch->head = (ch->head + 1) % ch->cap;
+		ch->n--;
+		pthread_mutex_unlock(&ch->mu);
+		*cq = ibv_cq_ex_to_cq(&q->cqx);
+		*cq_context = q->cqx.cq_context;
+		return 0;
+	}
+}
+
+HC_EXPORT void ibv_ack_cq_events(struct ibv_cq *cq, unsigned int nevents)
+{
+	pthread_mutex_lock(&cq->mutex);
+	cq->comp_events_completed += nevents;
+	pthread_cond_signal(&cq->cond);
+	pthread_mutex_unlock(&cq->mutex);
+}
+
+/* Async events. */
+HC_EXPORT int ibv_get_async_event(struct ibv_context *c, struct ibv_async_event *ev)
+{
+	struct hc_context *ctx = hc_ctx(c);
+	for (;;) {
+		if (read_counter(c->async_fd) < 0)
+			return -1;
+		pthread_mutex_lock(&ctx->mu);
+		struct hc_async *a = ctx->async_head;
+		if (a) {
+			ctx->async_head = a->next;
+			if (!a->next)
+				ctx->async_tail = NULL;
+		}
+		pthread_mutex_unlock(&ctx->mu);
+		if (!a)
+			continue;
+		*ev = a->ev;
+		free(a);
+		return 0;
+	}
+}
+
+HC_EXPORT void ibv_ack_async_event(struct ibv_async_event *ev) { (void)ev; }
+
+/* Object tables: CQs and QPs by number, for events and completions. The
+ * numbers are small (the device hands them out from a low base), so a
+ * table indexed by number grows as needed. */
+int hc_table_put(struct hc_context *ctx, int qp, uint32_t num, void *obj)
+{
+	pthread_mutex_lock(&ctx->obj_mu);
+	void ***tab = qp ? (void ***)&ctx->qps : (void ***)&ctx->cqs;
+	size_t *n = qp ? &ctx->nqps : &ctx->ncqs;
+	if (num >= *n) {
+		size_t nn = *n ? *n : 64;
+		while (nn <= num)
+			nn *= 2;
+		void **t = realloc(*tab, nn * sizeof *t);
+		if (!t) {
+			pthread_mutex_unlock(&ctx->obj_mu);
+			return ENOMEM;
+		}
+		memset(t + *n, 0, (nn - *n) * sizeof *t);
+		*tab = t;
+		*n = nn;
+	}
+	(*tab)[num] = obj;
+	pthread_mutex_unlock(&ctx->obj_mu);
+	return 0;
+}
+
+void hc_table_del(struct hc_context *ctx, int qp, uint32_t num) { hc_table_put(ctx, qp, num, NULL); }
+
+struct hc_cq *hc_find_cq(struct hc_context *ctx, uint32_t cqn)
+{
+	pthread_mutex_lock(&ctx->obj_mu);
+	struct hc_cq *q = cqn < ctx->ncqs ? ctx->cqs[cqn] : NULL;
+	pthread_mutex_unlock(&ctx->obj_mu);
+	return q;
+}
+
+struct hc_qp *hc_find_qp(struct hc_context *ctx, uint32_t qpn)
+{
+	pthread_mutex_lock(&ctx->obj_mu);
+	struct hc_qp *q = qpn < ctx->nqps ? ctx->qps[qpn] : NULL;
+	pthread_mutex_unlock(&ctx->obj_mu);
+	return q;
+}
+
+/* sysfs: what ibv_devinfo reads of the device. */
+HC_EXPORT int ibv_read_sysfs_file(const char *dir, const char *file, char *buf, size_t size)
+{
+	if (strcmp(dir, HC_IBDEV_PATH) == 0) {
+		const char *v = NULL;
+		if (strcmp(file, "board_id") == 0)
+			v = HC_BOARD_ID;
+		else if (strcmp(file, "fw_ver") == 0)
+			v = HC_FW_VER;
+		else if (strcmp(file, "node_type") == 0)
+			v = "1: CA";
+		if (!v) {
+			errno = ENOENT;
+			return -1;
+		}
+		int n = snprintf(buf, size, "%s", v);
+		return n < (int)size ? n : (int)size - 1;
+	}
+	char path[4096];
+	snprintf(path, sizeof path, "%s/%s", dir, file);
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	ssize_t n = read(fd, buf, size);
+	close(fd);
+	if (n < 0)
+		return -1;
+	if (n > 0 && buf[n - 1] == '\n')
+		buf[--n] = '\0';
+	else if ((size_t)n < size)
+		buf[n] = '\0';
+	return (int)n;
+}
+
+HC_EXPORT int ibv_get_sysfs_path(char *buf, size_t size)
+{
+	snprintf(buf, size, "/sys");
+	return 0;
+}
+
+/* Strings. */
+HC_EXPORT const char *ibv_wc_status_str(enum ibv_wc_status s)
+{
+	static const char *const names[] = {
+		[IBV_WC_SUCCESS] = "success",
+		[IBV_WC_LOC_LEN_ERR] = "local length error",
+		[IBV_WC_LOC_QP_OP_ERR] = "local QP operation error",
+		[IBV_WC_LOC_EEC_OP_ERR] = "local EE context operation error",
+		[IBV_WC_LOC_PROT_ERR] = "local protection error",
+		[IBV_WC_WR_FLUSH_ERR] = "Work Request Flushed Error",
+		[IBV_WC_MW_BIND_ERR] = "memory management operation error",
+		[IBV_WC_BAD_RESP_ERR] = "bad response error",
+		[IBV_WC_LOC_ACCESS_ERR] = "local access error",
+		[IBV_WC_REM_INV_REQ_ERR] = "remote invalid request error",
+		[IBV_WC_REM_ACCESS_ERR] = "remote access error",
+		[IBV_WC_REM_OP_ERR] = "remote operation error",
+		[IBV_WC_RETRY_EXC_ERR] = "transport retry counter exceeded",
+		[IBV_WC_RNR_RETRY_EXC_ERR] = "RNR retry counter exceeded",
+		[IBV_WC_LOC_RDD_VIOL_ERR] = "local RDD violation error",
+		[IBV_WC_REM_INV_RD_REQ_ERR] = "remote invalid RD request",
+		[IBV_WC_REM_ABORT_ERR] = "aborted error",
+		[IBV_WC_INV_EECN_ERR] = "invalid EE context number",
+		[IBV_WC_INV_EEC_STATE_ERR] = "invalid EE context state",
+		[IBV_WC_FATAL_ERR] = "fatal error",
+		[IBV_WC_RESP_TIMEOUT_ERR] = "response timeout error",
+		[IBV_WC_GENERAL_ERR] = "general error",
+		[IBV_WC_TM_ERR] = "TM error",
+		[IBV_WC_TM_RNDV_INCOMPLETE] = "TM software rendezvous",
+	};
+	if ((unsigned)s < sizeof names / sizeof names[0] && names[s])
+		return names[s];
+	return "unknown";
+}
+
+HC_EXPORT const char *ibv_node_type_str(enum ibv_node_type t)
+{
+	static const char *const names[] = {
+		[IBV_NODE_CA] = "InfiniBand channel adapter",
+		[IBV_NODE_SWITCH] = "InfiniBand switch",
+		[IBV_NODE_ROUTER] = "InfiniBand router",
+		[IBV_NODE_RNIC] = "iWARP NIC",
+		[IBV_NODE_USNIC] = "usNIC",
+		[IBV_NODE_USNIC_UDP] = "usNIC UDP",
+		[IBV_NODE_UNSPECIFIED] = "unspecified",
+	};
+	if (t >= 0 && (unsigned)t < sizeof names / sizeof names[0] && names[t])
+		return names[t];
+	return "unknown";
+}
+
+HC_EXPORT const char *ibv_port_state_str(enum ibv_port_state s)
+{
+	static const char *const names[] = {
+		[IBV_PORT_NOP] = "no state change (NOP)", [IBV_PORT_DOWN] = "down",
+		[IBV_PORT_INIT] = "init",		  [IBV_PORT_ARMED] = "armed",
+		[IBV_PORT_ACTIVE] = "active",		  [IBV_PORT_ACTIVE_DEFER] = "active defer",
+	};
+	if ((unsigned)s < sizeof names / sizeof names[0] && names[s])
+		return names[s];
+	return "unknown";
+}
+
+HC_EXPORT const char *ibv_event_type_str(enum ibv_event_type e)
+{
+	static const char *const names[] = {
+		[IBV_EVENT_CQ_ERR] = "CQ error",
+		[IBV_EVENT_QP_FATAL] = "local work queue catastrophic error",
+		[IBV_EVENT_QP_REQ_ERR] = "invalid request local work queue error",
+		[IBV_EVENT_QP_ACCESS_ERR] = "local access violation work queue error",
+		[IBV_EVENT_COMM_EST] = "communication established",
+		[IBV_EVENT_SQ_DRAINED] = "send queue drained",
+		[IBV_EVENT_PATH_MIG] = "path migrated",
+		[IBV_EVENT_PATH_MIG_ERR] = "path migration request error",
+		[IBV_EVENT_DEVICE_FATAL] = "local catastrophic error",
+		[IBV_EVENT_PORT_ACTIVE] = "port active",
+		[IBV_EVENT_PORT_ERR] = "port error",
+		[IBV_EVENT_LID_CHANGE] = "LID change",
+		[IBV_EVENT_PKEY_CHANGE] = "P_Key change",
+		[IBV_EVENT_SM_CHANGE] = "SM change",
+		[IBV_EVENT_SRQ_ERR] = "SRQ catastrophic error",
+		[IBV_EVENT_SRQ_LIMIT_REACHED] = "SRQ limit reached",
+		[IBV_EVENT_QP_LAST_WQE_REACHED] = "last WQE reached",
+		[IBV_EVENT_CLIENT_REREGISTER] = "client reregistration",
+		[IBV_EVENT_GID_CHANGE] = "GID table change",
+		[IBV_EVENT_WQ_FATAL] = "WQ fatal",
+	};
+	if ((unsigned)e < sizeof names / sizeof names[0] && names[e])
+		return names[e];
+	return "unknown";
+}
+
+/* Rates. */
+static const struct {
+	enum ibv_rate rate;
+	int mult, mbps;
+} rates[] = {
+	{IBV_RATE_2_5_GBPS, 1, 2500},	 {IBV_RATE_5_GBPS, 2, 5000},	   {IBV_RATE_10_GBPS, 4, 10000},
+	{IBV_RATE_20_GBPS, 8, 20000},	 {IBV_RATE_30_GBPS, 12, 30000},	   {IBV_RATE_40_GBPS, 16, 40000},
+	{IBV_RATE_60_GBPS, 24, 60000},	 {IBV_RATE_80_GBPS, 32, 80000},	   {IBV_RATE_120_GBPS, 48, 120000},
+	{IBV_RATE_14_GBPS, 5, 14062},	 {IBV_RATE_56_GBPS, 22, 56250},	   {IBV_RATE_112_GBPS, 45, 112500},
+	{IBV_RATE_168_GBPS, 67, 168750}, {IBV_RATE_25_GBPS, 10, 25781},	   {IBV_RATE_100_GBPS, 40, 103125},
+	{IBV_RATE_200_GBPS, 80, 206250}, {IBV_RATE_300_GBPS, 120, 309375}, {IBV_RATE_28_GBPS, 11, 28125},
+	{IBV_RATE_50_GBPS, 20, 53125},	 {IBV_RATE_400_GBPS, 160, 425000}, {IBV_RATE_600_GBPS, 240, 637500},
+};
+#define NRATES (sizeof rates / sizeof rates[0])
+
+HC_EXPORT int ibv_rate_to_mult(enum ibv_rate r)
+{
+	for (size_t i = 0; i < NRATES; i++)
+		if (rates[i].rate == r)
+			return rates[i].mult;
+	return -1;
+}
+
+HC_EXPORT enum ibv_rate mult_to_ibv_rate(int mult)
+{
+	for (size_t i = 0; i < NRATES; i++)
+		if (rates[i].mult == mult)
+			return rates[i].rate;
+	return IBV_RATE_MAX;
+}
+
+HC_EXPORT int ibv_rate_to_mbps(enum ibv_rate r)
+{
+	for (size_t i = 0; i < NRATES; i++)
+		if (rates[i].rate == r)
+			return rates[i].mbps;
+	return -1;
+}
+
+HC_EXPORT enum ibv_rate mbps_to_ibv_rate(int mbps)
+{
+	for (size_t i = 0; i < NRATES; i++)
+		if (rates[i].mbps == mbps)
+			return rates[i].rate;
+	return IBV_RATE_MAX;
+}

@@ -1,0 +1,311 @@
+/* hcasim's replacement libibverbs.so.1: internal declarations.
+ *
+ * The library is a client of `hcasim serve` (docs/PROTOCOL.md): every
+ * ibv_open_device is one connection, one function of the daemon's device.
+ * Rings, doorbell records and registered memory are memfds mapped into the
+ * daemon; post_send, post_recv and poll_cq work on them in this process and
+ * never wait for the daemon. Commands (create, modify, destroy) are
+ * request/reply messages; a reader thread per context takes the replies and
+ * the daemon's events (completion events to channels, the rest to the
+ * async fd). */
+#ifndef HCASIM_H
+#define HCASIM_H
+
+#include <endian.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <infiniband/verbs.h>
+
+#define HC_EXPORT __attribute__((visibility("default")))
+
+/* Protocol (docs/PROTOCOL.md). */
+enum {
+	HC_MAGIC = 0x48434153,
+	HC_VERSION = 1,
+	HC_HDR = 12,
+	HC_MAX_MSG = 65536,
+
+	HC_T_HELLO = 0x01,
+	HC_T_COMMAND = 0x02,
+	HC_T_MAP_MEM = 0x03,
+	HC_T_UNMAP = 0x04,
+	HC_T_RING_SQ = 0x05,
+	HC_T_RING_RQ = 0x06,
+	HC_T_ARM_CQ = 0x07,
+	HC_T_EVENTS = 0x40,
+	HC_T_ERROR = 0x41,
+	HC_T_REPLY = 0x80,
+
+	HC_EV_COMPLETION = 0x00,
+	HC_EV_SQ_DRAINED = 0x03,
+	HC_EV_CQ_ERROR = 0x04,
+	HC_EV_QP_FATAL = 0x05,
+};
+
+/* Device commands (docs/DEVICE.md). */
+enum {
+	HC_CMD_QUERY_HCA_CAP = 0x100,
+	HC_CMD_CREATE_MKEY = 0x200,
+	HC_CMD_DESTROY_MKEY = 0x202,
+	HC_CMD_CREATE_CQ = 0x400,
+	HC_CMD_DESTROY_CQ = 0x401,
+	HC_CMD_CREATE_QP = 0x500,
+	HC_CMD_DESTROY_QP = 0x501,
+	HC_CMD_RST2INIT = 0x502,
+	HC_CMD_INIT2RTR = 0x503,
+	HC_CMD_RTR2RTS = 0x504,
+	HC_CMD_RTS2RTS = 0x505,
+	HC_CMD_SQERR2RTS = 0x506,
+	HC_CMD_2ERR = 0x507,
+	HC_CMD_2RST = 0x50A,
+	HC_CMD_QUERY_QP = 0x50B,
+	HC_CMD_SQD2RTS = 0x50C,
+	HC_CMD_RTS2SQD = 0x50D,
+	HC_CMD_INIT2INIT = 0x50E,
+	HC_CMD_ALLOC_PD = 0x800,
+	HC_CMD_DEALLOC_PD = 0x801,
+
+	HC_STAT_BAD_PARAM = 0x03,
+	HC_STAT_RESOURCE_BUSY = 0x06,
+	HC_STAT_EXCEED_LIM = 0x08,
+	HC_STAT_NO_RESOURCES = 0x0F,
+	HC_STAT_BAD_QP_STATE = 0x40,
+};
+
+/* WQE and CQE layouts (sq/, cq/, mlx5). */
+enum {
+	HC_WQEBB = 64,
+	HC_MAX_WQEBBS = 16,
+	HC_OP_SEND_INV = 0x01,
+	HC_OP_RDMA_WRITE = 0x08,
+	HC_OP_RDMA_WRITE_IMM = 0x09,
+	HC_OP_SEND = 0x0A,
+	HC_OP_SEND_IMM = 0x0B,
+	HC_OP_RDMA_READ = 0x10,
+	HC_OP_ATOMIC_CS = 0x11,
+	HC_OP_ATOMIC_FA = 0x12,
+	HC_OP_UMR = 0x25,
+	HC_CE_CQ_UPDATE = 0x08,
+	HC_SE = 0x02,
+	HC_FENCE_SMALL = 0x20,
+	HC_FENCE = 0x40,
+	HC_FENCE_STRONG = 0x60,
+	HC_FENCE_SMALL_AND = 0x80,
+	HC_INLINE = 0x80000000u,
+	HC_TERMINATOR_LKEY = 0x100,
+	HC_RESERVED_LKEY = 0x200,
+
+	HC_CQE_REQ = 0,
+	HC_CQE_RESP_WR_IMM = 1,
+	HC_CQE_RESP_SEND = 2,
+	HC_CQE_RESP_SEND_IMM = 3,
+	HC_CQE_RESP_SEND_INV = 4,
+	HC_CQE_SIG_ERR = 12,
+	HC_CQE_REQ_ERR = 13,
+	HC_CQE_RESP_ERR = 14,
+	HC_CQE_INVALID = 15,
+};
+
+/* Device capabilities (QUERY_HCA_CAP). */
+struct hc_caps {
+	uint32_t max_pd, max_cq, max_qp, max_psv, max_mkeys;
+	uint8_t log_max_cq, log_max_sq, log_max_rq, log_max_klm;
+	uint16_t max_sge;
+	uint8_t max_indirection, max_rd_atomic;
+	uint32_t max_inline;
+	int sig_handover;
+	uint16_t lid;
+	uint8_t min_log_page, max_log_page;
+	uint64_t max_mapped;
+};
+
+/* A memfd mapped here and into the daemon (rings, doorbell records). */
+struct hc_dma {
+	uint8_t *addr;
+	size_t len;
+	uint64_t iova;
+};
+
+struct hc_cq;
+struct hc_qp;
+
+/* A queued asynchronous event. */
+struct hc_async {
+	struct ibv_async_event ev;
+	struct hc_async *next;
+};
+
+/* An open device: one connection to the daemon. */
+struct hc_context {
+	struct verbs_context vctx; /* ibv_context last, as verbs.h requires */
+	int sock;
+	struct hc_caps caps;
+
+	pthread_t reader;
+	int reader_started;
+	pthread_mutex_t req_mu; /* one request in flight */
+	pthread_mutex_t mu;     /* the fields below */
+	pthread_cond_t cond;
+	uint32_t next_id;
+	uint32_t want_id;
+	uint8_t *reply; /* HC_MAX_MSG bytes: the awaited reply */
+	size_t reply_len;
+	int reply_type;
+	int reply_ready;
+	int dead; /* the connection ended */
+
+	/* Objects by number, for events and completions. */
+	pthread_mutex_t obj_mu;
+	struct hc_cq **cqs;
+	size_t ncqs;
+	struct hc_qp **qps;
+	size_t nqps;
+
+	struct hc_async *async_head, *async_tail; /* under mu */
+	uint8_t variant; /* under obj_mu */
+};
+
+static inline struct hc_context *hc_ctx(struct ibv_context *c)
+{
+	return (struct hc_context *)((char *)c - offsetof(struct hc_context, vctx.context));
+}
+
+/* A completion channel: an eventfd counting queued CQ events. */
+struct hc_channel {
+	struct ibv_comp_channel ch;
+	pthread_mutex_t mu;
+	struct hc_cq **q; /* queued CQs, a ring of cap entries */
+	size_t head, n, cap;
+	int ncq; /* CQs using it */
+};
+
+struct hc_cq {
+	struct ibv_cq_ex cqx; /* its head is the ibv_cq */
+	struct hc_context *ctx;
+	struct hc_dma mem; /* ring, then the 8-byte doorbell record */
+	uint8_t *ring;
+	uint8_t *db;
+	uint32_t cqn;
+	uint8_t log;
+	uint32_t ci;
+	uint8_t arm_sn;
+	pthread_mutex_t lock; /* poll and arm */
+	struct hc_channel *channel;
+	struct hc_qp *cur_qp; /* the QP of the last CQE (cleared when it is destroyed) */
+	struct ibv_wc cur;    /* ibv_cq_ex polling: the current completion */
+	int ex; /* created with ibv_create_cq_ex */
+};
+
+struct hc_qp {
+	struct ibv_qp_ex qpx; /* its head is the ibv_qp */
+	struct hc_context *ctx;
+	struct hc_dma mem; /* SQ ring, RQ ring, doorbell record */
+	uint8_t *sq;
+	uint8_t *rq;
+	uint8_t *db;
+	uint8_t sq_log, rq_log, rq_shift;
+	struct ibv_qp_cap cap;
+	int sig_all;
+	struct hc_cq *scq, *rcq;
+
+	pthread_mutex_t smu; /* the send side */
+	uint16_t cur_post, sq_tail;
+	uint64_t *wrid;
+	uint8_t *wrop; /* enum ibv_wc_opcode of each WQE's first slot */
+	uint8_t *nbb;
+	uint8_t fm_cache;
+	uint8_t scratch[HC_MAX_WQEBBS * HC_WQEBB];
+
+	pthread_mutex_t rmu; /* the receive side */
+	uint16_t rq_head, rq_tail;
+	uint64_t *rwrid;
+
+	/* Attributes the driver keeps (query_qp). */
+	struct ibv_qp_attr attr;
+	int hint_off; /* offset of the doorbell hint word */
+
+	/* The wr_* API: the WQE being built. */
+	int wr_err;
+	uint16_t wr_start_post;
+	int wr_open;
+	size_t wr_len; /* bytes of the WQE built in scratch */
+	uint8_t wr_opc;
+	uint8_t wr_wcop;
+	uint32_t wr_imm;
+	uint64_t wr_id_cur;
+	unsigned wr_flags_cur;
+};
+
+static inline struct hc_qp *hc_qp(struct ibv_qp *q) { return (struct hc_qp *)q; }
+static inline struct hc_cq *hc_cq(struct ibv_cq *c) { return (struct hc_cq *)c; }
+
+/* Byte order helpers over device memory. */
+static inline void hc_put16(uint8_t *p, uint16_t v) { v = htobe16(v); __builtin_memcpy(p, &v, 2); }
+static inline void hc_put32(uint8_t *p, uint32_t v) { v = htobe32(v); __builtin_memcpy(p, &v, 4); }
+static inline void hc_put64(uint8_t *p, uint64_t v) { v = htobe64(v); __builtin_memcpy(p, &v, 8); }
+static inline uint16_t hc_get16(const uint8_t *p) { uint16_t v; __builtin_memcpy(&v, p, 2); return be16toh(v); }
+static inline uint32_t hc_get32(const uint8_t *p) { uint32_t v; __builtin_memcpy(&v, p, 4); return be32toh(v); }
+static inline uint64_t hc_get64(const uint8_t *p) { uint64_t v; __builtin_memcpy(&v, p, 8); return be64toh(v); }
+/* One aligned, sequentially consistent 32-bit store / load of a BE value. */
+static inline void hc_store32(uint8_t *p, uint32_t v) { atomic_store((_Atomic uint32_t *)p, htobe32(v)); }
+static inline uint32_t hc_load32(uint8_t *p) { return be32toh(atomic_load((_Atomic uint32_t *)p)); }
+
+/* client.c */
+const char *hc_socket_path(void);
+int hc_dial(const char *path, uint16_t *lid);
+int hc_start(struct hc_context *ctx);
+void hc_stop(struct hc_context *ctx);
+int hc_request(struct hc_context *ctx, int type, const void *payload, size_t len, int fd, uint8_t *out, size_t cap,
+	       size_t *outlen);
+int hc_cmd(struct hc_context *ctx, uint8_t *in, size_t inlen, uint8_t *out, size_t cap, size_t *outlen);
+int hc_notify(struct hc_context *ctx, int type, uint32_t obj);
+int hc_arm(struct hc_context *ctx, uint32_t cqn, uint32_t word);
+int hc_map(struct hc_context *ctx, int fd, uint64_t size, uint32_t align, uint64_t *iova);
+int hc_unmap(struct hc_context *ctx, uint64_t iova);
+void hc_push_async(struct hc_context *ctx, struct ibv_async_event *ev);
+void hc_cmd_header(uint8_t *in, uint16_t opcode);
+int hc_status_errno(int status);
+
+/* mem.c */
+int hc_dma_alloc(struct hc_context *ctx, size_t len, struct hc_dma *d);
+void hc_dma_free(struct hc_context *ctx, struct hc_dma *d);
+void hc_mr_context_closed(struct hc_context *ctx);
+
+/* objects: tables by number */
+int hc_table_put(struct hc_context *ctx, int qp, uint32_t num, void *obj);
+void hc_table_del(struct hc_context *ctx, int qp, uint32_t num);
+struct hc_cq *hc_find_cq(struct hc_context *ctx, uint32_t cqn);
+struct hc_qp *hc_find_qp(struct hc_context *ctx, uint32_t qpn);
+
+/* cq.c */
+void hc_cq_event(struct hc_context *ctx, uint32_t cqn);
+int hc_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc);
+int hc_req_notify_cq(struct ibv_cq *cq, int solicited);
+
+/* qp.c */
+int hc_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad);
+int hc_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad);
+struct ibv_qp *hc_create_qp_ex(struct ibv_context *c, struct ibv_qp_init_attr_ex *a);
+void hc_send_done(struct hc_qp *qp, const uint8_t *cqe, struct ibv_wc *wc);
+void hc_recv_done(struct hc_qp *qp, const uint8_t *cqe, struct ibv_wc *wc);
+void hc_qp_saw_error(struct hc_qp *qp);
+
+/* device.c */
+int hc_query_port(struct ibv_context *c, uint8_t port, struct ibv_port_attr *a, size_t len);
+int hc_query_device_ex(struct ibv_context *c, const struct ibv_query_device_ex_input *in, struct ibv_device_attr_ex *a,
+		       size_t len);
+struct ibv_cq_ex *hc_create_cq_ex(struct ibv_context *c, struct ibv_cq_init_attr_ex *a);
+void hc_fill_unimplemented_ops(struct hc_context *ctx);
+uint64_t hc_guid(uint16_t lid);
+
+void hcasim_unimplemented(const char *name, int *once);
+#define HC_UNIMPLEMENTED(name)                                                                                         \
+	do {                                                                                                           \
+		static int once_;                                                                                      \
+		hcasim_unimplemented(name, &once_);                                                                    \
+	} while (0)
+
+#endif

@@ -1,0 +1,635 @@
+/* Memory the device reaches: memfds for rings, and memory regions.
+ *
+ * ibv_reg_mr takes ordinary process memory (malloc, mmap, the stack). The
+ * daemon can only reach memfds, so registration moves the page-rounded
+ * range onto one, in place: the pages are copied into a new memfd mapped
+ * elsewhere, which mremap then puts over the same addresses in one step.
+ * The memfd is then mapped into the daemon (once per context), and the MR's
+ * mkey translates its addresses (MTT) to that mapping. Nothing is copied on
+ * the data path: the device reads and writes the program's own pages.
+ *
+ * Such a "region" is shared by every registration that covers its pages
+ * (overlapping registrations reuse it; pages not yet in one get a new
+ * region). When the last registration of a region goes, the pages are
+ * copied back onto private anonymous memory, again in one mremap, so that
+ * after ibv_dereg_mr the memory is as it was. docs/CONFORMANCE.md lists
+ * what this means for the program (neighbouring bytes on the edge pages,
+ * fork, writes by other threads during registration). */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
+
+#include "hcasim.h"
+
+#undef ibv_reg_mr
+#undef ibv_reg_mr_iova
+
+#define PAGE 4096UL
+
+static int new_memfd(const char *name, size_t size)
+{
+	int fd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	if (fd < 0)
+		return -1;
+	if (ftruncate(fd, (off_t)size) < 0 || fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW) < 0) {
+		int e = errno;
+		close(fd);
+		errno = e;
+		return -1;
+	}
+	return fd;
+}
+
+/* hc_dma_alloc allocates len zeroed bytes shared with the daemon. */
+int hc_dma_alloc(struct hc_context *ctx, size_t len, struct hc_dma *d)
+{
+	size_t size = (len + PAGE - 1) & ~(PAGE - 1);
+	int fd = new_memfd("hcasim-queue", size);
+	if (fd < 0)
+		return errno;
+	void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (p == MAP_FAILED) {
+		int e = errno;
+		close(fd);
+		return e;
+	}
+	int err = hc_map(ctx, fd, size, PAGE, &d->iova);
+	close(fd);
+	if (err) {
+		munmap(p, size);
+		return err;
+	}
+	d->addr = p;
+	d->len = size;
+	return 0;
+}
+
+void hc_dma_free(struct hc_context *ctx, struct hc_dma *d)
+{
+	if (!d->addr)
+		return;
+	/* A failed UNMAP (the daemon is gone) leaves nothing to protect. */
+	hc_unmap(ctx, d->iova);
+	munmap(d->addr, d->len);
+	d->addr = NULL;
+}
+
+/* A context's mapping of a region. */
+struct rmap {
+	struct hc_context *ctx;
+	uint64_t iova; /* of byte 0 of the memfd */
+	int refs;
+	struct rmap *next;
+};
+
+/* A range of this process's pages moved onto a memfd. */
+struct region {
+	uintptr_t start, end; /* page aligned */
+	int fd;
+	dev_t dev;
+	ino_t ino;
+	uint64_t pad; /* start mod 2^log_page: the memfd's first byte is at start - pad */
+	uint8_t log_page;
+	int refs;
+	struct rmap *maps;
+	struct region *next;
+};
+
+static pthread_mutex_t regions_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct region *regions; /* under regions_mu */
+
+/* A mapping of /proc/self/maps. */
+struct vma {
+	uintptr_t start, end;
+	int prot;
+	int shared;
+	dev_t dev;
+	unsigned long ino;
+	unsigned long long off;
+};
+
+/* read_vmas returns the mappings that intersect [s, e), in order. */
+static int read_vmas(uintptr_t s, uintptr_t e, struct vma **out, size_t *n)
+{
+	FILE *f = fopen("/proc/self/maps", "re");
+	if (!f)
+		return errno;
+	size_t cap = 8, k = 0;
+	struct vma *v = malloc(cap * sizeof *v);
+	char line[512];
+	while (v && fgets(line, sizeof line, f)) {
+		unsigned long a, b, ino;
+		unsigned long long off;
+		unsigned maj, min;
+		char perm[8];
+		if (sscanf(line, "%lx-%lx %7s %llx %x:%x %lu", &a, &b, perm, &off, &maj, &min, &ino) != 7)
+			continue;
+		if (b <= s || a >= e)
+			continue;
+		if (k == cap) {
+			struct vma *nv = realloc(v, 2 * cap * sizeof *v);
+			if (!nv) {
+				free(v);
+				v = NULL;
+				break;
+			}
+			v = nv;
+			cap *= 2;
+		}
+		v[k].start = a;
+		v[k].end = b;
+		v[k].prot = (perm[0] == 'r' ? PROT_READ : 0) | (perm[1] == 'w' ? PROT_WRITE : 0) |
+			    (perm[2] == 'x' ? PROT_EXEC : 0);
+		v[k].shared = perm[3] == 's';
+		v[k].dev = makedev(maj, min);
+		v[k].ino = ino;
+		v[k].off = off;
+		k++;
+	}
+	fclose(f);
+	if (!v)
+		return ENOMEM;
+	*out = v;
+	*n = k;
+	return 0;
+}
+
+/* covered reports whether vmas cover [s, e) without a hole. */
+static int covered(struct vma *v, size_t n, uintptr_t s, uintptr_t e)
+{
+	uintptr_t at = s;
+	for (size_t i = 0; i < n && at < e; i++) {
+		if (v[i].start > at)
+			return 0;
+		if (v[i].end > at)
+			at = v[i].end;
+	}
+	return at >= e;
+}
+
+/* restore_prot gives [s, e) the protections vmas had. */
+static void restore_prot(struct vma *v, size_t n, uintptr_t s, uintptr_t e)
+{
+	for (size_t i = 0; i < n; i++) {
+		if (v[i].prot == (PROT_READ | PROT_WRITE))
+			continue;
+		uintptr_t a = v[i].start > s ? v[i].start : s, b = v[i].end < e ? v[i].end : e;
+		if (a < b)
+			mprotect((void *)a, b - a, v[i].prot);
+	}
+}
+
+/* choose_log picks the MTT page size of a region: the smallest power of
+ * two from 4 KiB at which it takes at most 2048 entries. */
+static uint8_t choose_log(size_t len)
+{
+	uint8_t k = 12;
+	while (k < 30 && (len >> k) > 2048)
+		k++;
+	return k;
+}
+
+/* region_new moves [s, e) onto a new memfd in place. */
+static int region_new(uintptr_t s, uintptr_t e, struct region **out)
+{
+	struct vma *v;
+	size_t n;
+	int err = read_vmas(s, e, &v, &n);
+	if (err)
+		return err;
+	if (!covered(v, n, s, e)) {
+		free(v);
+		return EFAULT;
+	}
+	for (size_t i = 0; i < n; i++) {
+		if (!(v[i].prot & PROT_READ)) {
+			free(v);
+			return EFAULT;
+		}
+		if (v[i].shared) {
+			/* Shared mappings (files, shared memory) cannot move onto a
+			 * memfd without leaving whoever else maps them. */
+			free(v);
+			fprintf(stderr, "hcasim: ibv_reg_mr of a shared mapping (%#lx-%#lx) is not supported\n",
+				(unsigned long)s, (unsigned long)e);
+			return EOPNOTSUPP;
+		}
+	}
+	size_t len = e - s;
+	uint8_t log = choose_log(len);
+	uint64_t pad = s & ((1ULL << log) - 1);
+	int fd = new_memfd("hcasim-mr", pad + len);
+	if (fd < 0) {
+		err = errno;
+		free(v);
+		return err;
+	}
+	void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, (off_t)pad);
+	if (p == MAP_FAILED) {
+		err = errno;
+		goto fail;
+	}
+	memcpy(p, (void *)s, len);
+	if (mremap(p, len, len, MREMAP_MAYMOVE | MREMAP_FIXED, (void *)s) == MAP_FAILED) {
+		err = errno;
+		munmap(p, len);
+		goto fail;
+	}
+	restore_prot(v, n, s, e);
+	free(v);
+	struct stat st;
+	fstat(fd, &st);
+	struct region *r = calloc(1, sizeof *r);
+	if (!r) {
+		/* The pages stay on the memfd: harmless, only not registered. */
+		close(fd);
+		return ENOMEM;
+	}
+	r->start = s;
+	r->end = e;
+	r->fd = fd;
+	r->dev = st.st_dev;
+	r->ino = st.st_ino;
+	r->pad = pad;
+	r->log_page = log;
+	*out = r;
+	return 0;
+fail:
+	free(v);
+	close(fd);
+	return err;
+}
+
+/* region_release puts a region's pages back on private anonymous memory,
+ * if they are still the region's (the program may have unmapped or
+ * replaced them since). */
+static void region_release(struct region *r)
+{
+	struct vma *v;
+	size_t n;
+	size_t len = r->end - r->start;
+	if (read_vmas(r->start, r->end, &v, &n) == 0) {
+		int ours = covered(v, n, r->start, r->end);
+		for (size_t i = 0; ours && i < n; i++) {
+			uint64_t want = r->pad + (v[i].start > r->start ? v[i].start - r->start : 0);
+			if (v[i].ino != r->ino || v[i].dev != r->dev || v[i].off != want)
+				ours = 0;
+		}
+		if (ours) {
+			int prot_ok = 1;
+			for (size_t i = 0; i < n; i++)
+				if (!(v[i].prot & PROT_READ))
+					prot_ok = 0;
+			void *q = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+			if (prot_ok && q != MAP_FAILED) {
+				memcpy(q, (void *)r->start, len);
+				if (mremap(q, len, len, MREMAP_MAYMOVE | MREMAP_FIXED, (void *)r->start) == MAP_FAILED)
+					munmap(q, len);
+				else
+					restore_prot(v, n, r->start, r->end);
+			} else if (q != MAP_FAILED) {
+				munmap(q, len);
+			}
+		}
+		free(v);
+	}
+	close(r->fd);
+	free(r);
+}
+
+/* rmap_get returns ctx's mapping of r, mapping the memfd if needed. */
+static int rmap_get(struct hc_context *ctx, struct region *r, struct rmap **out)
+{
+	for (struct rmap *m = r->maps; m; m = m->next)
+		if (m->ctx == ctx) {
+			*out = m;
+			return 0;
+		}
+	struct rmap *m = calloc(1, sizeof *m);
+	if (!m)
+		return ENOMEM;
+	uint32_t align = 1u << r->log_page;
+	int err = hc_map(ctx, r->fd, r->pad + (r->end - r->start), align, &m->iova);
+	if (err) {
+		free(m);
+		return err;
+	}
+	m->ctx = ctx;
+	m->next = r->maps;
+	r->maps = m;
+	*out = m;
+	return 0;
+}
+
+static void rmap_put(struct region *r, struct rmap *m)
+{
+	if (--m->refs > 0)
+		return;
+	for (struct rmap **p = &r->maps; *p; p = &(*p)->next)
+		if (*p == m) {
+			*p = m->next;
+			break;
+		}
+	hc_unmap(m->ctx, m->iova);
+	free(m);
+}
+
+static void region_put(struct region *r)
+{
+	if (--r->refs > 0)
+		return;
+	for (struct region **p = &regions; *p; p = &(*p)->next)
+		if (*p == r) {
+			*p = r->next;
+			break;
+		}
+	region_release(r);
+}
+
+/* The device IOVA of address a of region r through mapping m. */
+static uint64_t dev_iova(struct region *r, struct rmap *m, uintptr_t a)
+{
+	return m->iova + r->pad + (a - r->start);
+}
+
+/* A registered MR and the regions it uses. */
+struct hc_mr {
+	struct ibv_mr mr;
+	uint32_t index;
+	size_t nused;
+	struct region **used;
+	struct rmap **maps;
+};
+
+/* find_region returns the region holding address a. */
+static struct region *find_region(uintptr_t a)
+{
+	for (struct region *r = regions; r; r = r->next)
+		if (a >= r->start && a < r->end)
+			return r;
+	return NULL;
+}
+
+/* cover makes every page of [s, e) part of a region and returns them in
+ * address order. Called with regions_mu held. */
+static int cover(uintptr_t s, uintptr_t e, struct region ***out, size_t *nout)
+{
+	size_t cap = 4, n = 0;
+	struct region **list = malloc(cap * sizeof *list);
+	if (!list)
+		return ENOMEM;
+	uintptr_t at = s;
+	int err = 0;
+	while (at < e) {
+		struct region *r = find_region(at);
+		if (!r) {
+			/* The uncovered run from at: up to the next region or e. */
+			uintptr_t stop = e;
+			for (struct region *q = regions; q; q = q->next)
+				if (q->start > at && q->start < stop)
+					stop = q->start;
+			err = region_new(at, stop, &r);
+			if (err)
+				break;
+			r->next = regions;
+			regions = r;
+		}
+		if (n == cap) {
+			struct region **nl = realloc(list, 2 * cap * sizeof *list);
+			if (!nl) {
+				err = ENOMEM;
+				break;
+			}
+			list = nl;
+			cap *= 2;
+		}
+		list[n++] = r;
+		r->refs++;
+		at = r->end;
+	}
+	if (err) {
+		for (size_t i = 0; i < n; i++)
+			region_put(list[i]);
+		free(list);
+		return err;
+	}
+	*out = list;
+	*nout = n;
+	return 0;
+}
+
+static uint8_t mkey_access(unsigned access)
+{
+	uint8_t a = 0x04; /* local read */
+	if (access & IBV_ACCESS_LOCAL_WRITE)
+		a |= 0x08;
+	if (access & IBV_ACCESS_REMOTE_READ)
+		a |= 0x10;
+	if (access & IBV_ACCESS_REMOTE_WRITE)
+		a |= 0x20;
+	if (access & IBV_ACCESS_REMOTE_ATOMIC)
+		a |= 0x40;
+	return a;
+}
+
+static void mr_release(struct hc_mr *m)
+{
+	for (size_t i = 0; i < m->nused; i++) {
+		if (m->maps && m->maps[i])
+			rmap_put(m->used[i], m->maps[i]);
+		region_put(m->used[i]);
+	}
+	free(m->used);
+	free(m->maps);
+	free(m);
+}
+
+/* The access flags ibv_reg_mr accepts; ODP, dma-buf and the rest are not
+ * modelled. */
+#define SUPPORTED_ACCESS                                                                                               \
+	(IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC)
+
+HC_EXPORT struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t length, uint64_t iova,
+					  unsigned int access)
+{
+	struct hc_context *ctx = hc_ctx(pd->context);
+	access &= ~(unsigned)IBV_ACCESS_OPTIONAL_RANGE; /* optional flags a device may ignore */
+	if (access & IBV_ACCESS_ON_DEMAND) {
+		/* Includes implicit ODP, ibv_reg_mr(pd, NULL, SIZE_MAX, ...). */
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	if ((access & ~SUPPORTED_ACCESS) || length == 0 || !addr ||
+	    ((access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) && !(access & IBV_ACCESS_LOCAL_WRITE))) {
+		errno = EINVAL;
+		return NULL;
+	}
+	uintptr_t a = (uintptr_t)addr;
+	if (a + length < a || iova + length < iova || ((iova ^ a) & (PAGE - 1))) {
+		errno = EINVAL;
+		return NULL;
+	}
+	if (ctx->caps.max_mapped && length > ctx->caps.max_mapped) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	uintptr_t s = a & ~(PAGE - 1), e = (a + length + PAGE - 1) & ~(PAGE - 1);
+	struct hc_mr *m = calloc(1, sizeof *m);
+	if (!m) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	uint8_t *in = NULL;
+	pthread_mutex_lock(&regions_mu);
+	int err = cover(s, e, &m->used, &m->nused);
+	if (err)
+		goto fail_nomr;
+	m->maps = calloc(m->nused, sizeof *m->maps);
+	if (!m->maps) {
+		err = ENOMEM;
+		goto fail;
+	}
+	for (size_t i = 0; i < m->nused; i++) {
+		err = rmap_get(ctx, m->used[i], &m->maps[i]);
+		if (err)
+			goto fail;
+		m->maps[i]->refs++;
+	}
+	/* The MTT: one region's own page size when it holds the whole MR and
+	 * the MR's address is congruent to the memory at it; 4 KiB pages
+	 * across regions otherwise. */
+	uint8_t log = 12;
+	if (m->nused == 1 && !((iova ^ a) & ((1ULL << m->used[0]->log_page) - 1)))
+		log = m->used[0]->log_page;
+	uint64_t P = 1ULL << log;
+	uint64_t base = iova & ~(P - 1);
+	size_t nent = (size_t)(((iova + length - 1) >> log) - (iova >> log) + 1);
+	size_t xlt = ((nent + 1) / 2) * 16;
+	size_t inlen = 80 + xlt;
+	if (inlen > HC_MAX_MSG - HC_HDR) {
+		err = ENOMEM; /* an MR over many regions larger than a command can translate */
+		goto fail;
+	}
+	in = calloc(1, inlen);
+	if (!in) {
+		err = ENOMEM;
+		goto fail;
+	}
+	uintptr_t vbase = a - (uintptr_t)(iova - base); /* the address of MTT page 0 */
+	size_t ri = 0;
+	for (size_t j = 0; j < nent; j++) {
+		uintptr_t va = vbase + j * P;
+		uintptr_t probe = va < s ? s : va;
+		while (ri + 1 < m->nused && probe >= m->used[ri]->end)
+			ri++;
+		struct region *r = m->used[ri];
+		uint64_t dev = log == 12 ? dev_iova(r, m->maps[ri], probe) : dev_iova(r, m->maps[ri], r->start) -
+										   (r->start - va);
+		hc_put64(in + 80 + j * 8, (dev & ~(P - 1)) | 0x3);
+	}
+	hc_cmd_header(in, HC_CMD_CREATE_MKEY);
+	uint8_t *mk = in + 16;
+	mk[2] = mkey_access(access) | 0x01; /* access_mode MTT */
+	pthread_mutex_lock(&ctx->obj_mu);
+	uint8_t variant = ++ctx->variant;
+	pthread_mutex_unlock(&ctx->obj_mu);
+	hc_put32(mk + 4, 0xFFFFFFu << 8 | variant);
+	hc_put32(mk + 12, pd->handle & 0xFFFFFF);
+	hc_put64(mk + 16, iova);
+	hc_put64(mk + 24, length);
+	hc_put32(mk + 52, (uint32_t)(xlt / 16));
+	mk[59] = log;
+	uint8_t out[64];
+	err = hc_cmd(ctx, in, inlen, out, sizeof out, NULL);
+	free(in);
+	in = NULL;
+	if (err)
+		goto fail;
+	pthread_mutex_unlock(&regions_mu);
+	m->index = hc_get32(out + 8) & 0xFFFFFF;
+	m->mr.context = pd->context;
+	m->mr.pd = pd;
+	m->mr.addr = addr;
+	m->mr.length = length;
+	m->mr.handle = m->index;
+	m->mr.lkey = m->mr.rkey = m->index << 8 | variant;
+	return &m->mr;
+fail:
+	free(in);
+	mr_release(m);
+	pthread_mutex_unlock(&regions_mu);
+	errno = err;
+	return NULL;
+fail_nomr:
+	pthread_mutex_unlock(&regions_mu);
+	free(m);
+	errno = err;
+	return NULL;
+}
+
+HC_EXPORT struct ibv_mr *ibv_reg_mr(struct ibv_pd *pd, void *addr, size_t length, int access)
+{
+	return ibv_reg_mr_iova2(pd, addr, length, (uintptr_t)addr, (unsigned)access);
+}
+
+HC_EXPORT struct ibv_mr *ibv_reg_mr_iova(struct ibv_pd *pd, void *addr, size_t length, uint64_t iova, int access)
+{
+	return ibv_reg_mr_iova2(pd, addr, length, iova, (unsigned)access);
+}
+
+HC_EXPORT int ibv_dereg_mr(struct ibv_mr *mr)
+{
+	struct hc_mr *m = (struct hc_mr *)mr;
+	struct hc_context *ctx = hc_ctx(mr->context);
+	uint8_t in[12], out[64];
+	hc_cmd_header(in, HC_CMD_DESTROY_MKEY);
+	hc_put32(in + 8, m->index);
+	int err = hc_cmd(ctx, in, sizeof in, out, sizeof out, NULL);
+	if (err && err != EIO)
+		return err;
+	pthread_mutex_lock(&regions_mu);
+	mr_release(m);
+	pthread_mutex_unlock(&regions_mu);
+	return 0;
+}
+
+/* hc_mr_context_closed drops a closing context's mappings from every
+ * region (its MRs are gone with the connection). */
+void hc_mr_context_closed(struct hc_context *ctx)
+{
+	pthread_mutex_lock(&regions_mu);
+	for (struct region *r = regions; r; r = r->next)
+		for (struct rmap **p = &r->maps; *p;)
+			if ((*p)->ctx == ctx) {
+				struct rmap *m = *p;
+				*p = m->next;
+				free(m);
+			} else {
+				p = &(*p)->next;
+			}
+	pthread_mutex_unlock(&regions_mu);
+}
+
+/* Fork: registered pages are MAP_SHARED memfd pages, shared with a child
+ * rather than copied on write; there is nothing to prepare. */
+HC_EXPORT int ibv_fork_init(void) { return 0; }
+HC_EXPORT enum ibv_fork_status ibv_is_fork_initialized(void) { return IBV_FORK_UNNEEDED; }
+HC_EXPORT int ibv_dontfork_range(void *base, size_t size)
+{
+	(void)base;
+	(void)size;
+	return 0;
+}
+HC_EXPORT int ibv_dofork_range(void *base, size_t size)
+{
+	(void)base;
+	(void)size;
+	return 0;
+}

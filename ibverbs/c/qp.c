@@ -1,0 +1,1011 @@
+/* RC queue pairs: creation, the state machine, and the data path. Send
+ * WQEs are built as mlx5's provider builds them (control, remote address,
+ * atomic, data or inline segments; fences; CQ_UPDATE for signaled WRs)
+ * into the SQ ring shared with the daemon; the doorbell is a store of the
+ * send counter, and a RING_SQ message only while the device's send
+ * engine sleeps (the doorbell hint, docs/PROTOCOL.md 6.1). */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "hcasim.h"
+
+#define SEG 16
+
+static uint8_t log2ceil(size_t n)
+{
+	uint8_t l = 0;
+	while (((size_t)1 << l) < n)
+		l++;
+	return l;
+}
+
+/* wqebbs_for returns the WQEBBs the largest WR of cap needs: a control,
+ * a remote address and an atomic segment, then the SGEs or the inline
+ * data (as hca/verbs sizes them). */
+static int wqebbs_for(const struct ibv_qp_cap *c)
+{
+	size_t sges = (size_t)(c->max_send_sge ? c->max_send_sge : 1) * SEG;
+	size_t inl = (4 + (size_t)c->max_inline_data + 15) & ~(size_t)15;
+	size_t data = 3 * SEG + (sges > inl ? sges : inl);
+	size_t bb = (data + HC_WQEBB - 1) / HC_WQEBB;
+	if (bb < 2)
+		bb = 2; /* LOCAL_INV: control, UMR control and mkey context */
+	return (int)bb;
+}
+
+static void qp_free(struct hc_qp *qp)
+{
+	hc_dma_free(qp->ctx, &qp->mem);
+	free(qp->wrid);
+	free(qp->wrop);
+	free(qp->nbb);
+	free(qp->rwrid);
+	free(qp);
+}
+
+static void qpx_init(struct hc_qp *qp);
+
+struct ibv_qp *hc_create_qp_ex(struct ibv_context *c, struct ibv_qp_init_attr_ex *a)
+{
+	struct hc_context *ctx = hc_ctx(c);
+	const uint32_t known = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS | IBV_QP_INIT_ATTR_CREATE_FLAGS;
+	if (!(a->comp_mask & IBV_QP_INIT_ATTR_PD) || !a->pd || (a->comp_mask & ~known)) {
+		errno = a->comp_mask & ~known ? EOPNOTSUPP : EINVAL;
+		return NULL;
+	}
+	if (a->qp_type != IBV_QPT_RC || a->srq || ((a->comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS) && a->create_flags)) {
+		errno = EOPNOTSUPP; /* only RC QPs without SRQ are modelled */
+		return NULL;
+	}
+	const uint64_t ops = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM | IBV_QP_EX_WITH_SEND |
+			     IBV_QP_EX_WITH_SEND_WITH_IMM | IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP |
+			     IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD | IBV_QP_EX_WITH_LOCAL_INV |
+			     IBV_QP_EX_WITH_SEND_WITH_INV;
+	if ((a->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) && (a->send_ops_flags & ~ops)) {
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	if (!a->send_cq || !a->recv_cq || a->send_cq->context != c || a->recv_cq->context != c) {
+		errno = EINVAL;
+		return NULL;
+	}
+	struct ibv_qp_cap cap = a->cap;
+	struct hc_caps *k = &ctx->caps;
+	if (cap.max_send_sge > k->max_sge || cap.max_recv_sge > k->max_sge || cap.max_inline_data > k->max_inline ||
+	    cap.max_send_wr > (1u << k->log_max_sq) || cap.max_recv_wr > (1u << k->log_max_rq)) {
+		errno = EINVAL;
+		return NULL;
+	}
+	int bb = wqebbs_for(&cap);
+	uint8_t sq_log = log2ceil((size_t)(cap.max_send_wr ? cap.max_send_wr : 1) * (size_t)bb);
+	uint8_t rq_log = log2ceil(cap.max_recv_wr ? cap.max_recv_wr : 1);
+	uint8_t rq_shift = log2ceil((size_t)(cap.max_recv_sge ? cap.max_recv_sge : 1) * SEG);
+	if (rq_shift < 4)
+		rq_shift = 4;
+	if (sq_log > k->log_max_sq || bb > HC_MAX_WQEBBS) {
+		errno = EINVAL;
+		return NULL;
+	}
+	struct hc_qp *qp = calloc(1, sizeof *qp);
+	if (!qp) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	qp->ctx = ctx;
+	qp->sq_log = sq_log;
+	qp->rq_log = rq_log;
+	qp->rq_shift = rq_shift;
+	size_t sqb = (size_t)HC_WQEBB << sq_log, rqb = (size_t)1 << (rq_log + rq_shift);
+	size_t n = (size_t)1 << sq_log;
+	qp->wrid = calloc(n, sizeof *qp->wrid);
+	qp->wrop = calloc(n, 1);
+	qp->nbb = calloc(n, 1);
+	qp->rwrid = calloc((size_t)1 << rq_log, sizeof *qp->rwrid);
+	int err = !qp->wrid || !qp->wrop || !qp->nbb || !qp->rwrid ? ENOMEM : hc_dma_alloc(ctx, sqb + rqb + 64, &qp->mem);
+	if (err) {
+		qp_free(qp);
+		errno = err;
+		return NULL;
+	}
+	qp->sq = qp->mem.addr;
+	qp->rq = qp->mem.addr + sqb;
+	qp->db = qp->mem.addr + sqb + rqb;
+	uint8_t in[56] = {0}, out[64];
+	hc_cmd_header(in, HC_CMD_CREATE_QP);
+	hc_put32(in + 8, a->pd->handle);
+	hc_put32(in + 12, hc_cq(a->send_cq)->cqn);
+	hc_put32(in + 16, hc_cq(a->recv_cq)->cqn);
+	hc_put32(in + 20, 2); /* DB_HINT */
+	in[24] = sq_log;
+	in[25] = rq_log;
+	in[26] = rq_shift;
+	hc_put64(in + 32, qp->mem.iova);
+	hc_put64(in + 40, qp->mem.iova + sqb);
+	hc_put64(in + 48, qp->mem.iova + sqb + rqb);
+	err = hc_cmd(ctx, in, sizeof in, out, sizeof out, NULL);
+	uint32_t qpn = hc_get32(out + 8) & 0xFFFFFF;
+	if (!err && (err = hc_table_put(ctx, 1, qpn, qp)) != 0) {
+		uint8_t d[12];
+		hc_cmd_header(d, HC_CMD_DESTROY_QP);
+		hc_put32(d + 8, qpn);
+		hc_cmd(ctx, d, sizeof d, out, sizeof out, NULL);
+	}
+	if (err) {
+		qp_free(qp);
+		errno = err;
+		return NULL;
+	}
+	pthread_mutex_init(&qp->smu, NULL);
+	pthread_mutex_init(&qp->rmu, NULL);
+	qp->scq = hc_cq(a->send_cq);
+	qp->rcq = hc_cq(a->recv_cq);
+	qp->sig_all = a->sq_sig_all;
+	/* What the QP can take, as mlx5 reports it: at least what was asked. */
+	int sendsge = (bb * HC_WQEBB - 2 * SEG) / SEG;
+	qp->cap.max_send_wr = (uint32_t)(n / (size_t)bb);
+	qp->cap.max_recv_wr = 1u << rq_log;
+	qp->cap.max_send_sge = (uint32_t)(sendsge < k->max_sge ? sendsge : k->max_sge);
+	qp->cap.max_recv_sge = (1u << rq_shift) / SEG;
+	if (qp->cap.max_recv_sge > k->max_sge)
+		qp->cap.max_recv_sge = k->max_sge;
+	uint32_t inl = (uint32_t)(bb * HC_WQEBB - 2 * SEG - 4);
+	qp->cap.max_inline_data = inl < k->max_inline ? inl : k->max_inline;
+	a->cap = qp->cap;
+	struct ibv_qp *q = &qp->qpx.qp_base;
+	q->context = c;
+	q->qp_context = a->qp_context;
+	q->pd = a->pd;
+	q->send_cq = a->send_cq;
+	q->recv_cq = a->recv_cq;
+	q->handle = qpn;
+	q->qp_num = qpn;
+	q->state = IBV_QPS_RESET;
+	q->qp_type = IBV_QPT_RC;
+	pthread_mutex_init(&q->mutex, NULL);
+	pthread_cond_init(&q->cond, NULL);
+	qp->attr.qp_state = IBV_QPS_RESET;
+	qp->attr.cap = qp->cap;
+	qp->attr.path_mtu = IBV_MTU_1024;
+	qpx_init(qp);
+	if (a->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS)
+		qp->qpx.comp_mask = a->send_ops_flags;
+	return q;
+}
+
+HC_EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *a)
+{
+	struct ibv_qp_init_attr_ex x = {0};
+	memcpy(&x, a, sizeof *a);
+	x.comp_mask = IBV_QP_INIT_ATTR_PD;
+	x.pd = pd;
+	struct ibv_qp *q = hc_create_qp_ex(pd->context, &x);
+	if (q)
+		a->cap = x.cap;
+	return q;
+}
+
+HC_EXPORT struct ibv_qp_ex *ibv_qp_to_qp_ex(struct ibv_qp *qp) { return &hc_qp(qp)->qpx; }
+
+HC_EXPORT int ibv_destroy_qp(struct ibv_qp *q)
+{
+	struct hc_qp *qp = hc_qp(q);
+	struct hc_context *ctx = qp->ctx;
+	uint8_t in[12], out[64];
+	hc_cmd_header(in, HC_CMD_DESTROY_QP);
+	hc_put32(in + 8, q->qp_num);
+	int err = hc_cmd(ctx, in, sizeof in, out, sizeof out, NULL);
+	if (err && err != EIO)
+		return err;
+	hc_table_del(ctx, 1, q->qp_num);
+	struct hc_cq *cqs[2] = {qp->scq, qp->rcq};
+	for (int i = 0; i < 2; i++) {
+		pthread_mutex_lock(&cqs[i]->lock);
+		if (cqs[i]->cur_qp == qp)
+			cqs[i]->cur_qp = NULL;
+		pthread_mutex_unlock(&cqs[i]->lock);
+	}
+	qp_free(qp);
+	return 0;
+}
+
+/* The attributes each RC transition requires and allows (IBA 11.2.5.3,
+ * the kernel's ib_modify_qp_is_ok). */
+struct transition {
+	enum ibv_qp_state from, to;
+	int cmd;
+	int req, opt;
+};
+
+#define T_INIT_OPT (IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS)
+#define T_RTR_REQ                                                                                                      \
+	(IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC |                   \
+	 IBV_QP_MIN_RNR_TIMER)
+#define T_RTS_REQ (IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC)
+#define T_RTS_OPT                                                                                                      \
+	(IBV_QP_CUR_STATE | IBV_QP_ALT_PATH | IBV_QP_ACCESS_FLAGS | IBV_QP_MIN_RNR_TIMER | IBV_QP_PATH_MIG_STATE)
+
+static const struct transition transitions[] = {
+	{IBV_QPS_RESET, IBV_QPS_INIT, HC_CMD_RST2INIT, IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS, 0},
+	{IBV_QPS_INIT, IBV_QPS_INIT, HC_CMD_INIT2INIT, 0, T_INIT_OPT},
+	{IBV_QPS_INIT, IBV_QPS_RTR, HC_CMD_INIT2RTR, T_RTR_REQ, IBV_QP_ALT_PATH | IBV_QP_ACCESS_FLAGS | IBV_QP_PKEY_INDEX},
+	{IBV_QPS_RTR, IBV_QPS_RTS, HC_CMD_RTR2RTS, T_RTS_REQ, T_RTS_OPT},
+	{IBV_QPS_RTS, IBV_QPS_RTS, HC_CMD_RTS2RTS, 0, T_RTS_OPT},
+	{IBV_QPS_RTS, IBV_QPS_SQD, HC_CMD_RTS2SQD, 0, IBV_QP_EN_SQD_ASYNC_NOTIFY},
+	{IBV_QPS_SQD, IBV_QPS_RTS, HC_CMD_SQD2RTS, 0, T_RTS_OPT},
+	{IBV_QPS_SQD, IBV_QPS_SQD, -1, 0,
+	 IBV_QP_CUR_STATE | IBV_QP_ALT_PATH | IBV_QP_ACCESS_FLAGS | IBV_QP_MIN_RNR_TIMER | IBV_QP_PATH_MIG_STATE |
+		 IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC |
+		 IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_AV | IBV_QP_PKEY_INDEX},
+	{IBV_QPS_SQE, IBV_QPS_RTS, HC_CMD_SQERR2RTS, 0, IBV_QP_CUR_STATE},
+};
+
+/* dest_lid returns the LID the AV names: its DLID, or for a global route
+ * without one the LID our GIDs carry (hc_guid). */
+static uint16_t dest_lid(struct hc_context *ctx, const struct ibv_ah_attr *ah)
+{
+	if (ah->dlid)
+		return ah->dlid;
+	if (ah->is_global) {
+		uint64_t id = be64toh(ah->grh.dgid.global.interface_id);
+		if ((id & 0xFFFFFFFF000000FFULL) == 0x0002c90300000001ULL)
+			return (uint16_t)(id >> 8);
+	}
+	return ctx->caps.lid;
+}
+
+static int qp_state_from_device(int s)
+{
+	static const int map[] = {IBV_QPS_RESET, IBV_QPS_INIT, IBV_QPS_RTR, IBV_QPS_RTS,
+				  IBV_QPS_SQE,	 IBV_QPS_SQD,  IBV_QPS_ERR};
+	return s >= 0 && s < 7 ? map[s] : IBV_QPS_ERR;
+}
+
+/* device_state asks the device for the QP's state (it moves to ERR on its
+ * own); -1 if it cannot. */
+static int device_state(struct hc_qp *qp)
+{
+	uint8_t in[12], out[64];
+	hc_cmd_header(in, HC_CMD_QUERY_QP);
+	hc_put32(in + 8, qp->qpx.qp_base.qp_num);
+	if (hc_cmd(qp->ctx, in, sizeof in, out, sizeof out, NULL))
+		return -1;
+	return qp_state_from_device(out[8]);
+}
+
+static void reset_indices(struct hc_qp *qp)
+{
+	pthread_mutex_lock(&qp->smu);
+	qp->cur_post = qp->sq_tail = 0;
+	qp->fm_cache = 0;
+	pthread_mutex_unlock(&qp->smu);
+	pthread_mutex_lock(&qp->rmu);
+	qp->rq_head = qp->rq_tail = 0;
+	pthread_mutex_unlock(&qp->rmu);
+	hc_store32(qp->db, 0);
+	hc_store32(qp->db + 4, 0);
+}
+
+HC_EXPORT int ibv_modify_qp(struct ibv_qp *q, struct ibv_qp_attr *a, int mask)
+{
+	struct hc_qp *qp = hc_qp(q);
+	struct hc_context *ctx = qp->ctx;
+	enum ibv_qp_state cur = (mask & IBV_QP_CUR_STATE) ? a->cur_qp_state : q->state;
+	enum ibv_qp_state to = (mask & IBV_QP_STATE) ? a->qp_state : cur;
+	int cmd = -1, allowed = IBV_QP_STATE | IBV_QP_CUR_STATE, req = 0;
+	if (to == IBV_QPS_ERR) {
+		cmd = HC_CMD_2ERR;
+	} else if (to == IBV_QPS_RESET) {
+		cmd = HC_CMD_2RST;
+	} else {
+		const struct transition *t = NULL;
+		for (size_t i = 0; i < sizeof transitions / sizeof transitions[0]; i++)
+			if (transitions[i].from == cur && transitions[i].to == to)
+				t = &transitions[i];
+		if (!t)
+			return EINVAL;
+		cmd = t->cmd;
+		req = t->req;
+		allowed |= t->req | t->opt;
+	}
+	if ((mask & req) != req || (mask & ~allowed))
+		return EINVAL;
+	if (((mask & IBV_QP_PORT) && a->port_num != 1) || ((mask & IBV_QP_PKEY_INDEX) && a->pkey_index != 0) ||
+	    ((mask & IBV_QP_PATH_MTU) && (a->path_mtu < IBV_MTU_256 || a->path_mtu > IBV_MTU_4096)) ||
+	    ((mask & IBV_QP_MAX_QP_RD_ATOMIC) && a->max_rd_atomic > ctx->caps.max_rd_atomic) ||
+	    ((mask & IBV_QP_MAX_DEST_RD_ATOMIC) && a->max_dest_rd_atomic > ctx->caps.max_rd_atomic) ||
+	    ((mask & IBV_QP_TIMEOUT) && a->timeout > 31) || ((mask & IBV_QP_RETRY_CNT) && a->retry_cnt > 7) ||
+	    ((mask & IBV_QP_RNR_RETRY) && a->rnr_retry > 7) || ((mask & IBV_QP_MIN_RNR_TIMER) && a->min_rnr_timer > 31) ||
+	    ((mask & IBV_QP_AV) && a->ah_attr.port_num > 1) ||
+	    ((mask & IBV_QP_ACCESS_FLAGS) &&
+	     (a->qp_access_flags & ~(unsigned)(IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
+					       IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_MW_BIND))))
+		return EINVAL;
+	if (cmd < 0) {
+		/* SQD -> SQD: attributes only; the device keeps them as they were. */
+		return 0;
+	}
+	/* The context carries every field; a transition takes its own (the
+	 * device ignores the rest), so unchanged ones repeat what is kept. */
+	struct ibv_qp_attr n = qp->attr;
+	if (mask & IBV_QP_ACCESS_FLAGS)
+		n.qp_access_flags = a->qp_access_flags;
+	if (mask & IBV_QP_PKEY_INDEX)
+		n.pkey_index = a->pkey_index;
+	if (mask & IBV_QP_PORT)
+		n.port_num = a->port_num;
+	if (mask & IBV_QP_AV)
+		n.ah_attr = a->ah_attr;
+	if (mask & IBV_QP_PATH_MTU)
+		n.path_mtu = a->path_mtu;
+	if (mask & IBV_QP_DEST_QPN)
+		n.dest_qp_num = a->dest_qp_num & 0xFFFFFF;
+	if (mask & IBV_QP_RQ_PSN)
+		n.rq_psn = a->rq_psn & 0xFFFFFF;
+	if (mask & IBV_QP_SQ_PSN)
+		n.sq_psn = a->sq_psn & 0xFFFFFF;
+	if (mask & IBV_QP_MAX_DEST_RD_ATOMIC)
+		n.max_dest_rd_atomic = a->max_dest_rd_atomic;
+	if (mask & IBV_QP_MAX_QP_RD_ATOMIC)
+		n.max_rd_atomic = a->max_rd_atomic;
+	if (mask & IBV_QP_MIN_RNR_TIMER)
+		n.min_rnr_timer = a->min_rnr_timer;
+	if (mask & IBV_QP_TIMEOUT)
+		n.timeout = a->timeout;
+	if (mask & IBV_QP_RETRY_CNT)
+		n.retry_cnt = a->retry_cnt;
+	if (mask & IBV_QP_RNR_RETRY)
+		n.rnr_retry = a->rnr_retry;
+	if (mask & IBV_QP_EN_SQD_ASYNC_NOTIFY)
+		n.en_sqd_async_notify = a->en_sqd_async_notify;
+	uint8_t in[48] = {0}, out[64];
+	hc_cmd_header(in, (uint16_t)cmd);
+	hc_put32(in + 8, q->qp_num);
+	if (mask & IBV_QP_ACCESS_FLAGS)
+		hc_put32(in + 12, 0xE);
+	uint8_t acc = 0;
+	if (n.qp_access_flags & IBV_ACCESS_REMOTE_READ)
+		acc |= 1;
+	if (n.qp_access_flags & IBV_ACCESS_REMOTE_WRITE)
+		acc |= 2;
+	if (n.qp_access_flags & IBV_ACCESS_REMOTE_ATOMIC)
+		acc |= 4;
+	in[19] = acc;
+	hc_put16(in + 20, dest_lid(ctx, &n.ah_attr));
+	hc_put32(in + 24, n.dest_qp_num);
+	hc_put32(in + 28, n.rq_psn);
+	hc_put32(in + 32, n.sq_psn);
+	in[36] = n.min_rnr_timer;
+	in[37] = n.timeout;
+	in[38] = n.retry_cnt;
+	in[39] = n.rnr_retry;
+	in[40] = n.max_rd_atomic;
+	in[41] = n.max_dest_rd_atomic;
+	int err = hc_cmd(ctx, in, sizeof in, out, sizeof out, NULL);
+	if (err)
+		return err;
+	n.qp_state = to;
+	n.cur_qp_state = to;
+	qp->attr = n;
+	q->state = to;
+	if (to == IBV_QPS_RESET)
+		reset_indices(qp);
+	return 0;
+}
+
+HC_EXPORT int ibv_query_qp(struct ibv_qp *q, struct ibv_qp_attr *a, int mask, struct ibv_qp_init_attr *init)
+{
+	(void)mask;
+	struct hc_qp *qp = hc_qp(q);
+	int s = device_state(qp);
+	if (s >= 0 && s != (int)q->state && (s == IBV_QPS_ERR || s == IBV_QPS_SQE)) {
+		q->state = (enum ibv_qp_state)s;
+		qp->attr.qp_state = (enum ibv_qp_state)s;
+	}
+	*a = qp->attr;
+	a->qp_state = q->state;
+	a->cur_qp_state = q->state;
+	a->cap = qp->cap;
+	a->sq_draining = 0;
+	if (init) {
+		memset(init, 0, sizeof *init);
+		init->qp_context = q->qp_context;
+		init->send_cq = q->send_cq;
+		init->recv_cq = q->recv_cq;
+		init->cap = qp->cap;
+		init->qp_type = q->qp_type;
+		init->sq_sig_all = qp->sig_all;
+	}
+	return 0;
+}
+
+/* hc_qp_saw_error records that the QP is in error (an error completion or
+ * a fatal event), as mlx5's provider does for its state. */
+void hc_qp_saw_error(struct hc_qp *qp) { qp->qpx.qp_base.state = IBV_QPS_ERR; }
+
+/* Building send WQEs. */
+
+/* get_fence is mlx5's: a fenced WR after a local key operation waits for
+ * both; LOCAL_INV with IBV_SEND_FENCE gets strong ordering. */
+static uint8_t get_fence(struct hc_qp *qp, int local_inv, int fenced)
+{
+	if (local_inv && fenced)
+		return HC_FENCE_STRONG;
+	if (qp->fm_cache)
+		return fenced ? HC_FENCE_SMALL_AND : qp->fm_cache;
+	return fenced ? HC_FENCE : 0;
+}
+
+/* put_ctrl writes the control segment of the WQE in scratch. */
+static void put_ctrl(struct hc_qp *qp, uint8_t opcode, size_t len, uint8_t fence, int signaled, int solicited,
+		     const uint8_t imm[4])
+{
+	uint8_t *c = qp->scratch;
+	hc_put32(c, (uint32_t)qp->cur_post << 8 | opcode);
+	hc_put32(c + 4, qp->qpx.qp_base.qp_num << 8 | (uint32_t)(len / SEG));
+	c[8] = c[9] = c[10] = 0;
+	c[11] = fence | (signaled ? HC_CE_CQ_UPDATE : 0) | (solicited ? HC_SE : 0);
+	memcpy(c + 12, imm, 4);
+}
+
+/* commit copies the WQE in scratch (len bytes) into the ring at the send
+ * counter, wrapping at its end, and records it. It fails if the ring has
+ * no room. */
+static int commit(struct hc_qp *qp, size_t len, uint64_t wr_id, uint8_t wcop, int local_op)
+{
+	size_t nbb = (len + HC_WQEBB - 1) / HC_WQEBB;
+	uint16_t size = (uint16_t)(1u << qp->sq_log);
+	if ((uint16_t)(qp->cur_post + nbb - qp->sq_tail) > size || nbb > size)
+		return ENOMEM;
+	size_t start = (size_t)(qp->cur_post & (size - 1)) * HC_WQEBB;
+	size_t ring = (size_t)size * HC_WQEBB;
+	size_t first = len < ring - start ? len : ring - start;
+	memcpy(qp->sq + start, qp->scratch, first);
+	memcpy(qp->sq, qp->scratch + first, len - first);
+	uint16_t slot = qp->cur_post & (size - 1);
+	qp->wrid[slot] = wr_id;
+	qp->wrop[slot] = wcop;
+	qp->nbb[slot] = (uint8_t)nbb;
+	qp->cur_post += (uint16_t)nbb;
+	qp->fm_cache = local_op ? HC_FENCE_SMALL : 0;
+	return 0;
+}
+
+static size_t put_raddr(uint8_t *p, uint64_t addr, uint32_t rkey)
+{
+	hc_put64(p, addr);
+	hc_put32(p + 8, rkey);
+	hc_put32(p + 12, 0);
+	return SEG;
+}
+
+static size_t put_data(uint8_t *p, uint32_t len, uint32_t lkey, uint64_t addr)
+{
+	hc_put32(p, len);
+	hc_put32(p + 4, lkey);
+	hc_put64(p + 8, addr);
+	return SEG;
+}
+
+/* put_inline writes an inline segment of the buffers and returns its
+ * padded size, or 0 if they exceed max_inline. */
+static size_t put_inline(struct hc_qp *qp, uint8_t *p, size_t n, void *const *addrs, const size_t *lens)
+{
+	size_t total = 0;
+	for (size_t i = 0; i < n; i++)
+		total += lens[i];
+	if (total > qp->cap.max_inline_data)
+		return 0;
+	hc_put32(p, (uint32_t)total | HC_INLINE);
+	size_t off = 4;
+	for (size_t i = 0; i < n; i++) {
+		memcpy(p + off, addrs[i], lens[i]);
+		off += lens[i];
+	}
+	size_t padded = (off + SEG - 1) & ~(size_t)(SEG - 1);
+	memset(p + off, 0, padded - off);
+	return padded;
+}
+
+/* local_inv_segs writes LOCAL_INV's UMR control and mkey segments (the
+ * mkey made free). */
+static size_t local_inv_segs(uint8_t *p)
+{
+	memset(p, 0, 48 + 64);
+	p[0] = 0x80;			 /* inline */
+	hc_put64(p + 8, 1ULL << 29);	 /* mkey_mask: FREE */
+	p[48] = 0x40;			 /* free */
+	return 48 + 64;
+}
+
+static const struct {
+	uint8_t op;
+	uint8_t wc;
+} send_ops[] = {
+	[IBV_WR_RDMA_WRITE] = {HC_OP_RDMA_WRITE, IBV_WC_RDMA_WRITE},
+	[IBV_WR_RDMA_WRITE_WITH_IMM] = {HC_OP_RDMA_WRITE_IMM, IBV_WC_RDMA_WRITE},
+	[IBV_WR_SEND] = {HC_OP_SEND, IBV_WC_SEND},
+	[IBV_WR_SEND_WITH_IMM] = {HC_OP_SEND_IMM, IBV_WC_SEND},
+	[IBV_WR_RDMA_READ] = {HC_OP_RDMA_READ, IBV_WC_RDMA_READ},
+	[IBV_WR_ATOMIC_CMP_AND_SWP] = {HC_OP_ATOMIC_CS, IBV_WC_COMP_SWAP},
+	[IBV_WR_ATOMIC_FETCH_AND_ADD] = {HC_OP_ATOMIC_FA, IBV_WC_FETCH_ADD},
+	[IBV_WR_LOCAL_INV] = {HC_OP_UMR, IBV_WC_LOCAL_INV},
+	[IBV_WR_SEND_WITH_INV] = {HC_OP_SEND_INV, IBV_WC_SEND},
+};
+
+/* post_one builds one WR's WQE and commits it. Called with smu held. */
+static int post_one(struct hc_qp *qp, struct ibv_send_wr *wr)
+{
+	if ((unsigned)wr->opcode >= sizeof send_ops / sizeof send_ops[0] || !send_ops[wr->opcode].op)
+		return EINVAL;
+	uint8_t *p = qp->scratch + SEG;
+	size_t n = SEG;
+	uint8_t imm[4] = {0};
+	enum ibv_wr_opcode op = wr->opcode;
+	int atomic = op == IBV_WR_ATOMIC_CMP_AND_SWP || op == IBV_WR_ATOMIC_FETCH_AND_ADD;
+	switch (op) {
+	case IBV_WR_SEND_WITH_IMM:
+	case IBV_WR_RDMA_WRITE_WITH_IMM:
+		memcpy(imm, &wr->imm_data, 4); /* already big-endian */
+		break;
+	case IBV_WR_SEND_WITH_INV:
+	case IBV_WR_LOCAL_INV:
+		hc_put32(imm, wr->invalidate_rkey);
+		break;
+	default:
+		break;
+	}
+	if (op == IBV_WR_RDMA_WRITE || op == IBV_WR_RDMA_WRITE_WITH_IMM || op == IBV_WR_RDMA_READ)
+		n += put_raddr(p, wr->wr.rdma.remote_addr, wr->wr.rdma.rkey);
+	if (atomic) {
+		n += put_raddr(p, wr->wr.atomic.remote_addr, wr->wr.atomic.rkey);
+		uint8_t *s = qp->scratch + n;
+		hc_put64(s, op == IBV_WR_ATOMIC_CMP_AND_SWP ? wr->wr.atomic.swap : wr->wr.atomic.compare_add);
+		hc_put64(s + 8, op == IBV_WR_ATOMIC_CMP_AND_SWP ? wr->wr.atomic.compare_add : 0);
+		n += SEG;
+	}
+	if (op == IBV_WR_LOCAL_INV) {
+		n += local_inv_segs(qp->scratch + n);
+	} else if ((wr->send_flags & IBV_SEND_INLINE) && op != IBV_WR_RDMA_READ && !atomic) {
+		void *addrs[64];
+		size_t lens[64];
+		if (wr->num_sge < 0 || wr->num_sge > 64)
+			return EINVAL;
+		for (int i = 0; i < wr->num_sge; i++) {
+			addrs[i] = (void *)(uintptr_t)wr->sg_list[i].addr;
+			lens[i] = wr->sg_list[i].length;
+		}
+		size_t k = put_inline(qp, qp->scratch + n, (size_t)wr->num_sge, addrs, lens);
+		if (!k)
+			return ENOMEM;
+		n += k;
+	} else {
+		if (wr->num_sge < 0 || (uint32_t)wr->num_sge > qp->cap.max_send_sge || (atomic && wr->num_sge != 1))
+			return EINVAL;
+		for (int i = 0; i < wr->num_sge; i++)
+			n += put_data(qp->scratch + n, wr->sg_list[i].length, wr->sg_list[i].lkey, wr->sg_list[i].addr);
+	}
+	int local = op == IBV_WR_LOCAL_INV;
+	put_ctrl(qp, send_ops[op].op, n, get_fence(qp, local, wr->send_flags & IBV_SEND_FENCE),
+		 (wr->send_flags & IBV_SEND_SIGNALED) || qp->sig_all, wr->send_flags & IBV_SEND_SOLICITED, imm);
+	return commit(qp, n, wr->wr_id, send_ops[op].wc, local);
+}
+
+/* ring_sq publishes the send counter and rings unless the device's send
+ * engine will read it anyway (both accesses sequentially consistent). */
+static void ring_sq(struct hc_qp *qp, uint16_t cur)
+{
+	hc_store32(qp->db + 4, cur);
+	if (hc_load32(qp->db + 8) == 0)
+		hc_notify(qp->ctx, HC_T_RING_SQ, qp->qpx.qp_base.qp_num);
+}
+
+static int can_post_send(enum ibv_qp_state s)
+{
+	return s == IBV_QPS_RTS || s == IBV_QPS_SQD || s == IBV_QPS_SQE || s == IBV_QPS_ERR;
+}
+
+int hc_post_send(struct ibv_qp *q, struct ibv_send_wr *wr, struct ibv_send_wr **bad)
+{
+	struct hc_qp *qp = hc_qp(q);
+	int err = 0, posted = 0;
+	pthread_mutex_lock(&qp->smu);
+	if (!can_post_send(q->state)) {
+		err = EINVAL;
+		*bad = wr;
+	}
+	for (; wr && !err; wr = wr->next) {
+		err = post_one(qp, wr);
+		if (err)
+			*bad = wr;
+		else
+			posted++;
+	}
+	uint16_t cur = qp->cur_post;
+	pthread_mutex_unlock(&qp->smu);
+	if (posted)
+		ring_sq(qp, cur);
+	return err;
+}
+
+int hc_post_recv(struct ibv_qp *q, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad)
+{
+	struct hc_qp *qp = hc_qp(q);
+	int err = 0, posted = 0;
+	pthread_mutex_lock(&qp->rmu);
+	uint16_t size = (uint16_t)(1u << qp->rq_log);
+	size_t stride = (size_t)1 << qp->rq_shift;
+	if (q->state == IBV_QPS_RESET) {
+		err = EINVAL;
+		*bad = wr;
+	}
+	for (; wr && !err; wr = wr->next) {
+		if (wr->num_sge < 0 || (uint32_t)wr->num_sge > qp->cap.max_recv_sge) {
+			err = EINVAL;
+		} else if ((uint16_t)(qp->rq_head - qp->rq_tail) >= size) {
+			err = ENOMEM;
+		}
+		if (err) {
+			*bad = wr;
+			break;
+		}
+		uint16_t slot = qp->rq_head & (size - 1);
+		uint8_t *w = qp->rq + slot * stride;
+		size_t k = 0;
+		for (int i = 0; i < wr->num_sge; i++, k += SEG)
+			put_data(w + k, wr->sg_list[i].length, wr->sg_list[i].lkey, wr->sg_list[i].addr);
+		if (k < stride)
+			put_data(w + k, 0, HC_TERMINATOR_LKEY, 0);
+		qp->rwrid[slot] = wr->wr_id;
+		qp->rq_head++;
+		posted++;
+	}
+	uint16_t head = qp->rq_head;
+	pthread_mutex_unlock(&qp->rmu);
+	if (posted) {
+		hc_store32(qp->db, head);
+		hc_notify(qp->ctx, HC_T_RING_RQ, q->qp_num);
+	}
+	return err;
+}
+
+/* Completions. */
+
+static enum ibv_wc_status status_of(uint8_t syndrome)
+{
+	switch (syndrome) {
+	case 0x01:
+		return IBV_WC_LOC_LEN_ERR;
+	case 0x02:
+		return IBV_WC_LOC_QP_OP_ERR;
+	case 0x04:
+		return IBV_WC_LOC_PROT_ERR;
+	case 0x05:
+		return IBV_WC_WR_FLUSH_ERR;
+	case 0x06:
+		return IBV_WC_MW_BIND_ERR;
+	case 0x10:
+		return IBV_WC_BAD_RESP_ERR;
+	case 0x11:
+		return IBV_WC_LOC_ACCESS_ERR;
+	case 0x12:
+		return IBV_WC_REM_INV_REQ_ERR;
+	case 0x13:
+		return IBV_WC_REM_ACCESS_ERR;
+	case 0x14:
+		return IBV_WC_REM_OP_ERR;
+	case 0x15:
+		return IBV_WC_RETRY_EXC_ERR;
+	case 0x16:
+		return IBV_WC_RNR_RETRY_EXC_ERR;
+	case 0x22:
+		return IBV_WC_REM_ABORT_ERR;
+	}
+	return IBV_WC_GENERAL_ERR;
+}
+
+void hc_send_done(struct hc_qp *qp, const uint8_t *e, struct ibv_wc *wc)
+{
+	uint16_t counter = hc_get16(e + 60);
+	pthread_mutex_lock(&qp->smu);
+	uint16_t slot = counter & (uint16_t)((1u << qp->sq_log) - 1);
+	wc->wr_id = qp->wrid[slot];
+	wc->opcode = (enum ibv_wc_opcode)qp->wrop[slot];
+	qp->sq_tail = counter + qp->nbb[slot];
+	pthread_mutex_unlock(&qp->smu);
+	wc->byte_len = hc_get32(e + 44);
+	if ((e[63] >> 4) == HC_CQE_REQ_ERR) {
+		wc->status = status_of(e[55]);
+		wc->vendor_err = e[54];
+		hc_qp_saw_error(qp);
+	}
+}
+
+void hc_recv_done(struct hc_qp *qp, const uint8_t *e, struct ibv_wc *wc)
+{
+	uint16_t counter = hc_get16(e + 60);
+	pthread_mutex_lock(&qp->rmu);
+	uint16_t slot = counter & (uint16_t)((1u << qp->rq_log) - 1);
+	wc->wr_id = qp->rwrid[slot];
+	qp->rq_tail = counter + 1;
+	pthread_mutex_unlock(&qp->rmu);
+	wc->opcode = IBV_WC_RECV;
+	wc->byte_len = hc_get32(e + 44);
+	wc->src_qp = qp->attr.dest_qp_num;
+	wc->slid = dest_lid(qp->ctx, &qp->attr.ah_attr);
+	switch (e[63] >> 4) {
+	case HC_CQE_RESP_WR_IMM:
+		wc->opcode = IBV_WC_RECV_RDMA_WITH_IMM;
+		/* fall through */
+	case HC_CQE_RESP_SEND_IMM:
+		memcpy(&wc->imm_data, e + 36, 4);
+		wc->wc_flags = IBV_WC_WITH_IMM;
+		break;
+	case HC_CQE_RESP_SEND_INV:
+		wc->invalidated_rkey = hc_get32(e + 36);
+		wc->wc_flags = IBV_WC_WITH_INV;
+		break;
+	case HC_CQE_RESP_ERR:
+		wc->status = status_of(e[55]);
+		wc->vendor_err = e[54];
+		hc_qp_saw_error(qp);
+		break;
+	}
+}
+
+/* The ibv_qp_ex work-request API: each opcode call starts a WQE in
+ * scratch, the setters add its data, and the next call (or wr_complete)
+ * commits it. An error anywhere fails wr_complete and drops every WQE of
+ * the batch, as mlx5's provider does. */
+
+static struct hc_qp *qpx_qp(struct ibv_qp_ex *x) { return (struct hc_qp *)x; }
+
+static void wr_close(struct hc_qp *qp)
+{
+	if (!qp->wr_open)
+		return;
+	qp->wr_open = 0;
+	if (qp->wr_err)
+		return;
+	put_ctrl(qp, qp->wr_opc, qp->wr_len,
+		 get_fence(qp, qp->wr_opc == HC_OP_UMR, qp->wr_flags_cur & IBV_SEND_FENCE),
+		 (qp->wr_flags_cur & IBV_SEND_SIGNALED) || qp->sig_all, qp->wr_flags_cur & IBV_SEND_SOLICITED,
+		 (uint8_t *)&qp->wr_imm);
+	int err = commit(qp, qp->wr_len, qp->wr_id_cur, qp->wr_wcop, qp->wr_opc == HC_OP_UMR);
+	if (err)
+		qp->wr_err = err;
+}
+
+/* wr_open starts a WQE of the given opcode; imm is in wire order. */
+static struct hc_qp *wr_open(struct ibv_qp_ex *x, uint8_t opc, uint8_t wcop, uint32_t imm_wire)
+{
+	struct hc_qp *qp = qpx_qp(x);
+	wr_close(qp);
+	qp->wr_open = 1;
+	qp->wr_opc = opc;
+	qp->wr_wcop = wcop;
+	qp->wr_imm = imm_wire;
+	qp->wr_id_cur = x->wr_id;
+	qp->wr_flags_cur = x->wr_flags;
+	qp->wr_len = SEG;
+	return qp;
+}
+
+static uint32_t be(uint32_t v) { return htobe32(v); }
+
+static void x_send(struct ibv_qp_ex *x) { wr_open(x, HC_OP_SEND, IBV_WC_SEND, 0); }
+static void x_send_imm(struct ibv_qp_ex *x, __be32 imm) { wr_open(x, HC_OP_SEND_IMM, IBV_WC_SEND, imm); }
+static void x_send_inv(struct ibv_qp_ex *x, uint32_t rkey) { wr_open(x, HC_OP_SEND_INV, IBV_WC_SEND, be(rkey)); }
+
+static void x_rdma(struct ibv_qp_ex *x, uint8_t opc, uint8_t wcop, uint32_t rkey, uint64_t addr, uint32_t imm)
+{
+	struct hc_qp *qp = wr_open(x, opc, wcop, imm);
+	qp->wr_len += put_raddr(qp->scratch + qp->wr_len, addr, rkey);
+}
+
+static void x_write(struct ibv_qp_ex *x, uint32_t rkey, uint64_t addr)
+{
+	x_rdma(x, HC_OP_RDMA_WRITE, IBV_WC_RDMA_WRITE, rkey, addr, 0);
+}
+static void x_write_imm(struct ibv_qp_ex *x, uint32_t rkey, uint64_t addr, __be32 imm)
+{
+	x_rdma(x, HC_OP_RDMA_WRITE_IMM, IBV_WC_RDMA_WRITE, rkey, addr, imm);
+}
+static void x_read(struct ibv_qp_ex *x, uint32_t rkey, uint64_t addr)
+{
+	x_rdma(x, HC_OP_RDMA_READ, IBV_WC_RDMA_READ, rkey, addr, 0);
+}
+
+static void x_atomic(struct ibv_qp_ex *x, uint8_t opc, uint8_t wcop, uint32_t rkey, uint64_t addr, uint64_t swap_add,
+		     uint64_t compare)
+{
+	struct hc_qp *qp = wr_open(x, opc, wcop, 0);
+	qp->wr_len += put_raddr(qp->scratch + qp->wr_len, addr, rkey);
+	hc_put64(qp->scratch + qp->wr_len, swap_add);
+	hc_put64(qp->scratch + qp->wr_len + 8, compare);
+	qp->wr_len += SEG;
+}
+static void x_cas(struct ibv_qp_ex *x, uint32_t rkey, uint64_t addr, uint64_t compare, uint64_t swap)
+{
+	x_atomic(x, HC_OP_ATOMIC_CS, IBV_WC_COMP_SWAP, rkey, addr, swap, compare);
+}
+static void x_fadd(struct ibv_qp_ex *x, uint32_t rkey, uint64_t addr, uint64_t add)
+{
+	x_atomic(x, HC_OP_ATOMIC_FA, IBV_WC_FETCH_ADD, rkey, addr, add, 0);
+}
+
+static void x_local_inv(struct ibv_qp_ex *x, uint32_t rkey)
+{
+	struct hc_qp *qp = wr_open(x, HC_OP_UMR, IBV_WC_LOCAL_INV, be(rkey));
+	qp->wr_len += local_inv_segs(qp->scratch + qp->wr_len);
+}
+
+static void x_bad(struct ibv_qp_ex *x)
+{
+	struct hc_qp *qp = qpx_qp(x);
+	wr_close(qp);
+	if (!qp->wr_err)
+		qp->wr_err = EOPNOTSUPP;
+}
+static void x_bind_mw(struct ibv_qp_ex *x, struct ibv_mw *mw, uint32_t rkey, const struct ibv_mw_bind_info *b)
+{
+	(void)mw;
+	(void)rkey;
+	(void)b;
+	HC_UNIMPLEMENTED("ibv_wr_bind_mw");
+	x_bad(x);
+}
+static void x_send_tso(struct ibv_qp_ex *x, void *hdr, uint16_t sz, uint16_t mss)
+{
+	(void)hdr;
+	(void)sz;
+	(void)mss;
+	HC_UNIMPLEMENTED("ibv_wr_send_tso");
+	x_bad(x);
+}
+static void x_ud_addr(struct ibv_qp_ex *x, struct ibv_ah *ah, uint32_t qpn, uint32_t qkey)
+{
+	(void)ah;
+	(void)qpn;
+	(void)qkey;
+	struct hc_qp *qp = qpx_qp(x);
+	if (!qp->wr_err)
+		qp->wr_err = EINVAL; /* an RC QP has no UD address */
+}
+static void x_xrc_srqn(struct ibv_qp_ex *x, uint32_t srqn)
+{
+	(void)srqn;
+	struct hc_qp *qp = qpx_qp(x);
+	if (!qp->wr_err)
+		qp->wr_err = EINVAL;
+}
+static void x_atomic_write(struct ibv_qp_ex *x, uint32_t rkey, uint64_t addr, const void *v)
+{
+	(void)rkey;
+	(void)addr;
+	(void)v;
+	HC_UNIMPLEMENTED("ibv_wr_atomic_write");
+	x_bad(x);
+}
+
+/* A data setter must follow an opcode that takes data. */
+static int wants_data(struct hc_qp *qp)
+{
+	if (!qp->wr_open || qp->wr_err)
+		return 0;
+	if (qp->wr_opc == HC_OP_UMR) {
+		qp->wr_err = EINVAL;
+		return 0;
+	}
+	return 1;
+}
+
+static void x_sge_list(struct ibv_qp_ex *x, size_t n, const struct ibv_sge *sg)
+{
+	struct hc_qp *qp = qpx_qp(x);
+	if (!wants_data(qp))
+		return;
+	int atomic = qp->wr_opc == HC_OP_ATOMIC_CS || qp->wr_opc == HC_OP_ATOMIC_FA;
+	if (n > qp->cap.max_send_sge || (atomic && n != 1)) {
+		qp->wr_err = EINVAL;
+		return;
+	}
+	for (size_t i = 0; i < n; i++)
+		qp->wr_len += put_data(qp->scratch + qp->wr_len, sg[i].length, sg[i].lkey, sg[i].addr);
+	wr_close(qp);
+}
+
+static void x_sge(struct ibv_qp_ex *x, uint32_t lkey, uint64_t addr, uint32_t length)
+{
+	struct ibv_sge s = {.addr = addr, .length = length, .lkey = lkey};
+	x_sge_list(x, 1, &s);
+}
+
+static void x_inline_list(struct ibv_qp_ex *x, size_t n, const struct ibv_data_buf *b)
+{
+	struct hc_qp *qp = qpx_qp(x);
+	if (!wants_data(qp))
+		return;
+	if (qp->wr_opc == HC_OP_RDMA_READ || qp->wr_opc == HC_OP_ATOMIC_CS || qp->wr_opc == HC_OP_ATOMIC_FA ||
+	    n > 64) {
+		qp->wr_err = EINVAL;
+		return;
+	}
+	void *addrs[64];
+	size_t lens[64];
+	for (size_t i = 0; i < n; i++) {
+		addrs[i] = b[i].addr;
+		lens[i] = b[i].length;
+	}
+	size_t k = put_inline(qp, qp->scratch + qp->wr_len, n, addrs, lens);
+	if (!k) {
+		qp->wr_err = ENOMEM;
+		return;
+	}
+	qp->wr_len += k;
+	wr_close(qp);
+}
+
+static void x_inline(struct ibv_qp_ex *x, void *addr, size_t len)
+{
+	struct ibv_data_buf b = {.addr = addr, .length = len};
+	x_inline_list(x, 1, &b);
+}
+
+static void x_start(struct ibv_qp_ex *x)
+{
+	struct hc_qp *qp = qpx_qp(x);
+	pthread_mutex_lock(&qp->smu);
+	qp->wr_err = can_post_send(x->qp_base.state) ? 0 : EINVAL;
+	qp->wr_open = 0;
+	qp->wr_start_post = qp->cur_post;
+}
+
+static int x_complete(struct ibv_qp_ex *x)
+{
+	struct hc_qp *qp = qpx_qp(x);
+	wr_close(qp);
+	int err = qp->wr_err;
+	uint16_t cur = qp->cur_post;
+	if (err)
+		qp->cur_post = qp->wr_start_post; /* the whole batch is dropped */
+	int posted = !err && cur != qp->wr_start_post;
+	pthread_mutex_unlock(&qp->smu);
+	if (posted)
+		ring_sq(qp, cur);
+	return err;
+}
+
+static void x_abort(struct ibv_qp_ex *x)
+{
+	struct hc_qp *qp = qpx_qp(x);
+	qp->wr_open = 0;
+	qp->cur_post = qp->wr_start_post;
+	pthread_mutex_unlock(&qp->smu);
+}
+
+static void qpx_init(struct hc_qp *qp)
+{
+	struct ibv_qp_ex *x = &qp->qpx;
+	x->wr_atomic_cmp_swp = x_cas;
+	x->wr_atomic_fetch_add = x_fadd;
+	x->wr_bind_mw = x_bind_mw;
+	x->wr_local_inv = x_local_inv;
+	x->wr_rdma_read = x_read;
+	x->wr_rdma_write = x_write;
+	x->wr_rdma_write_imm = x_write_imm;
+	x->wr_send = x_send;
+	x->wr_send_imm = x_send_imm;
+	x->wr_send_inv = x_send_inv;
+	x->wr_send_tso = x_send_tso;
+	x->wr_set_ud_addr = x_ud_addr;
+	x->wr_set_xrc_srqn = x_xrc_srqn;
+	x->wr_set_inline_data = x_inline;
+	x->wr_set_inline_data_list = x_inline_list;
+	x->wr_set_sge = x_sge;
+	x->wr_set_sge_list = x_sge_list;
+	x->wr_start = x_start;
+	x->wr_complete = x_complete;
+	x->wr_abort = x_abort;
+	x->wr_atomic_write = x_atomic_write;
+}

@@ -1,0 +1,104 @@
+/* The context's operation tables for verbs the device does not model.
+ * verbs.h's inline wrappers call through these; each entry reports the
+ * verb once on stderr ("hcasim: unimplemented: NAME") and fails with
+ * EOPNOTSUPP, NULL for the ones returning an object. */
+#include <errno.h>
+
+#include "hcasim.h"
+
+#define UNIMPL_INT(fn, verb)                                                                                           \
+	static int fn(void)                                                                                            \
+	{                                                                                                              \
+		HC_UNIMPLEMENTED(verb);                                                                                \
+		errno = EOPNOTSUPP;                                                                                    \
+		return EOPNOTSUPP;                                                                                     \
+	}
+#define UNIMPL_PTR(fn, verb)                                                                                           \
+	static void *fn(void)                                                                                          \
+	{                                                                                                              \
+		HC_UNIMPLEMENTED(verb);                                                                                \
+		errno = EOPNOTSUPP;                                                                                    \
+		return NULL;                                                                                           \
+	}
+
+UNIMPL_PTR(u_alloc_mw, "ibv_alloc_mw")
+UNIMPL_INT(u_bind_mw, "ibv_bind_mw")
+UNIMPL_INT(u_dealloc_mw, "ibv_dealloc_mw")
+UNIMPL_INT(u_post_srq_recv, "ibv_post_srq_recv")
+UNIMPL_INT(u_advise_mr, "ibv_advise_mr")
+UNIMPL_PTR(u_alloc_null_mr, "ibv_alloc_null_mr")
+UNIMPL_INT(u_read_counters, "ibv_read_counters")
+UNIMPL_INT(u_attach_counters, "ibv_attach_counters_point_flow")
+UNIMPL_PTR(u_create_counters, "ibv_create_counters")
+UNIMPL_INT(u_destroy_counters, "ibv_destroy_counters")
+UNIMPL_PTR(u_reg_dm_mr, "ibv_reg_dm_mr")
+UNIMPL_PTR(u_alloc_dm, "ibv_alloc_dm")
+UNIMPL_INT(u_free_dm, "ibv_free_dm")
+UNIMPL_INT(u_modify_esp, "ibv_modify_flow_action_esp")
+UNIMPL_INT(u_destroy_action, "ibv_destroy_flow_action")
+UNIMPL_PTR(u_create_esp, "ibv_create_flow_action_esp")
+UNIMPL_INT(u_rate_limit, "ibv_modify_qp_rate_limit")
+UNIMPL_PTR(u_parent_domain, "ibv_alloc_parent_domain")
+UNIMPL_INT(u_dealloc_td, "ibv_dealloc_td")
+UNIMPL_PTR(u_alloc_td, "ibv_alloc_td")
+UNIMPL_INT(u_modify_cq, "ibv_modify_cq")
+UNIMPL_INT(u_post_srq_ops, "ibv_post_srq_ops")
+UNIMPL_INT(u_destroy_rwq, "ibv_destroy_rwq_ind_table")
+UNIMPL_PTR(u_create_rwq, "ibv_create_rwq_ind_table")
+UNIMPL_INT(u_destroy_wq, "ibv_destroy_wq")
+UNIMPL_INT(u_modify_wq, "ibv_modify_wq")
+UNIMPL_PTR(u_create_wq, "ibv_create_wq")
+UNIMPL_INT(u_rt_values, "ibv_query_rt_values_ex")
+UNIMPL_INT(u_destroy_flow, "ibv_destroy_flow")
+UNIMPL_PTR(u_create_flow, "ibv_create_flow")
+UNIMPL_PTR(u_open_qp, "ibv_open_qp")
+UNIMPL_INT(u_srq_num, "ibv_get_srq_num")
+UNIMPL_PTR(u_create_srq_ex, "ibv_create_srq_ex")
+UNIMPL_PTR(u_open_xrcd, "ibv_open_xrcd")
+UNIMPL_INT(u_close_xrcd, "ibv_close_xrcd")
+
+/* SET stores an UNIMPL function in a table entry of another type: the
+ * entries are only ever called by verbs.h wrappers, with arguments the
+ * functions ignore. */
+#define SET(field, fn) (field) = (__typeof__(field))(void (*)(void))(fn)
+
+void hc_fill_unimplemented_ops(struct hc_context *ctx)
+{
+	struct ibv_context_ops *o = &ctx->vctx.context.ops;
+	SET(o->alloc_mw, u_alloc_mw);
+	SET(o->bind_mw, u_bind_mw);
+	SET(o->dealloc_mw, u_dealloc_mw);
+	SET(o->post_srq_recv, u_post_srq_recv);
+	struct verbs_context *v = &ctx->vctx;
+	SET(v->advise_mr, u_advise_mr);
+	SET(v->alloc_null_mr, u_alloc_null_mr);
+	SET(v->read_counters, u_read_counters);
+	SET(v->attach_counters_point_flow, u_attach_counters);
+	SET(v->create_counters, u_create_counters);
+	SET(v->destroy_counters, u_destroy_counters);
+	SET(v->reg_dm_mr, u_reg_dm_mr);
+	SET(v->alloc_dm, u_alloc_dm);
+	SET(v->free_dm, u_free_dm);
+	SET(v->modify_flow_action_esp, u_modify_esp);
+	SET(v->destroy_flow_action, u_destroy_action);
+	SET(v->create_flow_action_esp, u_create_esp);
+	SET(v->modify_qp_rate_limit, u_rate_limit);
+	SET(v->alloc_parent_domain, u_parent_domain);
+	SET(v->dealloc_td, u_dealloc_td);
+	SET(v->alloc_td, u_alloc_td);
+	SET(v->modify_cq, u_modify_cq);
+	SET(v->post_srq_ops, u_post_srq_ops);
+	SET(v->destroy_rwq_ind_table, u_destroy_rwq);
+	SET(v->create_rwq_ind_table, u_create_rwq);
+	SET(v->destroy_wq, u_destroy_wq);
+	SET(v->modify_wq, u_modify_wq);
+	SET(v->create_wq, u_create_wq);
+	SET(v->query_rt_values, u_rt_values);
+	SET(v->ibv_destroy_flow, u_destroy_flow);
+	SET(v->ibv_create_flow, u_create_flow);
+	SET(v->open_qp, u_open_qp);
+	SET(v->get_srq_num, u_srq_num);
+	SET(v->create_srq_ex, u_create_srq_ex);
+	SET(v->open_xrcd, u_open_xrcd);
+	SET(v->close_xrcd, u_close_xrcd);
+}
