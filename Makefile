@@ -6,21 +6,34 @@ COUNT    ?= 6
 BENCH    ?= .
 PKGS     := ./...
 
-.PHONY: all build test race vet fuzz bench cross conform run speed clean
+.PHONY: all build lib test race vet fuzz bench cross conform run speed clean
 
 all: build
 
-build:
+build: lib
 	$(GO) build $(PKGS)
 	$(GO) build -o bin/hcasim ./cmd/hcasim
 
+# hcasim's libibverbs.so.1 (with libmlx5.so.1 and libefa.so.1 as links to
+# it) in bin/lib, for unmodified RDMA programs (hcasim exec). It needs the
+# rdma-core headers (Debian: libibverbs-dev); without them it is skipped,
+# and so are the tests that run programs through it.
+IBV_HDR ?= /usr/include/infiniband/verbs.h
+lib:
+	@if [ -f $(IBV_HDR) ] && [ -f /usr/include/infiniband/mlx5dv.h ]; then \
+		$(MAKE) -s -C ibverbs/c OUT=$(CURDIR)/bin/lib GO=$(GO); \
+	else \
+		echo "make lib: skipped: no rdma-core headers ($(IBV_HDR)); install libibverbs-dev to build bin/lib/libibverbs.so.1"; \
+	fi
+
 # The whole suite, then the t10dif package again with the portable
 # implementation forced (purego build tag).
-test:
+test: lib
+	$(GO) build -o bin/hcasim ./cmd/hcasim
 	$(GO) test $(PKGS)
 	$(GO) test -tags purego ./t10dif/ ./testvectors/
 
-race:
+race: lib
 	$(GO) test -race $(PKGS)
 
 # go vet runs asmdecl (assembly vs Go declarations) among its analyzers;

@@ -8,6 +8,7 @@
 //	hcasim perf write|read|send ...      RDMA over QP pairs, in process or --connect
 //	hcasim demo                          an NVMe-oF-style write and read with PI
 //	hcasim serve [--socket PATH]         the device as a daemon on a Unix socket
+//	hcasim exec -- CMD [ARGS...]         an unmodified libibverbs program on the device
 //
 // Every subcommand answers --help with its usage and an example.
 package main
@@ -30,7 +31,7 @@ type command struct {
 	flags   func(fs *flag.FlagSet)
 }
 
-var commands = []*command{conformCmd, speedCmd, perfCmd, demoCmd, serveCmd}
+var commands = []*command{conformCmd, speedCmd, perfCmd, demoCmd, serveCmd, execCmd}
 
 // errUsage reports bad arguments; the usage has already been printed.
 var errUsage = errors.New("usage")
@@ -87,6 +88,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 			return 0
 		case errors.Is(err, errUsage):
 			return 2
+		case errors.As(err, new(exitCode)):
+			var ec exitCode
+			errors.As(err, &ec)
+			return int(ec)
 		default:
 			fmt.Fprintf(stderr, "hcasim %s: %v\n", c.name, err)
 			return 1

@@ -454,7 +454,8 @@ static void mr_release(struct hc_mr *m)
 /* The access flags ibv_reg_mr accepts; ODP, dma-buf and the rest are not
  * modelled. */
 #define SUPPORTED_ACCESS                                                                                               \
-	(IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC)
+	(IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC |         \
+	 IBV_ACCESS_MW_BIND)
 
 HC_EXPORT struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t length, uint64_t iova,
 					  unsigned int access)

@@ -1,0 +1,181 @@
+package ibverbs_test
+
+import (
+	"context"
+	"debug/elf"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/hcasim/hcasim/internal/frontendtest"
+)
+
+// TestExports checks that the library defines every symbol version of the
+// installed libibverbs, libmlx5 and libefa (what programs and pyverbs
+// modules import), and nothing else but the version nodes.
+func TestExports(t *testing.T) {
+	lib := frontendtest.Lib(t)
+	have := map[string]bool{}
+	for _, s := range dynSyms(t, filepath.Join(lib, "libibverbs.so.1")) {
+		have[s] = true
+	}
+	want := 0
+	for _, l := range []string{"libibverbs.so.1", "libmlx5.so.1", "libefa.so.1"} {
+		out, err := exec.Command("cc", "-print-file-name="+l).Output()
+		path := strings.TrimSpace(string(out))
+		if err != nil || !filepath.IsAbs(path) {
+			frontendtest.Missing(t, "the installed %s not found", l)
+		}
+		for _, s := range dynSyms(t, path) {
+			want++
+			if !have[s] {
+				t.Errorf("%s exports %s; hcasim's library does not", l, s)
+			}
+			delete(have, s)
+		}
+	}
+	for s := range have {
+		t.Errorf("hcasim's library exports %s, which no installed library does", s)
+	}
+	if want < 300 {
+		t.Errorf("only %d versioned symbols in the installed libraries", want)
+	}
+}
+
+// dynSyms returns a library's defined, versioned functions and objects as
+// name@version.
+func dynSyms(t *testing.T, path string) []string {
+	t.Helper()
+	f, err := elf.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	syms, err := f.DynamicSymbols()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, s := range syms {
+		typ := elf.ST_TYPE(s.Info)
+		if s.Section == elf.SHN_UNDEF || s.Section == elf.SHN_ABS || (typ != elf.STT_FUNC && typ != elf.STT_OBJECT) || s.Version == "" {
+			continue
+		}
+		out = append(out, s.Name+"@"+s.Version)
+	}
+	return out
+}
+
+func TestDevices(t *testing.T) {
+	lib := frontendtest.Lib(t)
+	frontendtest.Need(t, "ibv_devinfo", "ibverbs-utils")
+	sock := frontendtest.Daemon(t)
+	out := frontendtest.Run(t, 20*time.Second, lib, sock, "ibv_devices")
+	if !regexp.MustCompile(`hcasim0\s+0002c903`).MatchString(out) {
+		t.Errorf("ibv_devices does not list hcasim0:\n%s", out)
+	}
+	out = frontendtest.Run(t, 20*time.Second, lib, sock, "ibv_devinfo", "-v")
+	for _, want := range []string{"hca_id:\thcasim0", "vendor_id:\t\t\t0x02c9", "vendor_part_id:\t\t\t4119",
+		"PORT_ACTIVE (4)", "link_layer:\t\tInfiniBand", "port_lid:\t\t1", "GID[  0]:\t\tfe80:"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("ibv_devinfo -v lacks %q:\n%s", want, out)
+		}
+	}
+	// No daemon: an empty device list, as without hardware.
+	out = frontendtest.Run(t, 20*time.Second, lib, filepath.Join(t.TempDir(), "none.sock"), "ibv_devices")
+	if strings.Contains(out, "hcasim0") {
+		t.Errorf("ibv_devices without a daemon lists a device:\n%s", out)
+	}
+}
+
+func TestRCPingpong(t *testing.T) {
+	lib := frontendtest.Lib(t)
+	pp := frontendtest.Need(t, "ibv_rc_pingpong", "ibverbs-utils")
+	sock := frontendtest.Daemon(t)
+	for _, opts := range [][]string{nil, {"-e"}, {"-N"}, {"-c"}, {"-s", "65536"}, {"-e", "-N", "-c", "-s", "8192"}} {
+		t.Run(strings.Join(append([]string{"opts"}, opts...), " "), func(t *testing.T) {
+			args := append([]string{pp, "-d", "hcasim0", "-n", "200"}, opts...)
+			so, co := frontendtest.Pair(t, 60*time.Second, lib, sock, args, args)
+			for _, o := range []string{so, co} {
+				if !strings.Contains(o, "200 iters in") {
+					t.Errorf("no iteration report:\n%s", o)
+				}
+			}
+		})
+	}
+}
+
+func TestPerftest(t *testing.T) {
+	lib := frontendtest.Lib(t)
+	sock := frontendtest.Daemon(t)
+	for _, c := range []struct {
+		prog string
+		args []string
+	}{
+		{"ib_write_bw", []string{"-s", "65536", "-n", "500"}},
+		{"ib_write_bw", []string{"-a", "-n", "50"}},
+		{"ib_write_lat", []string{"-s", "64", "-n", "200"}},
+		{"ib_read_bw", []string{"-n", "200"}},
+		{"ib_read_lat", []string{"-n", "200"}},
+		{"ib_send_bw", []string{"-n", "200"}},
+		{"ib_send_lat", []string{"-n", "200"}},
+		{"ib_atomic_bw", []string{"-n", "200"}},
+	} {
+		t.Run(c.prog+" "+strings.Join(c.args, " "), func(t *testing.T) {
+			p := frontendtest.Need(t, c.prog, "perftest")
+			args := append([]string{p, "-d", "hcasim0"}, c.args...)
+			_, co := frontendtest.Pair(t, 120*time.Second, lib, sock, args, args)
+			if !strings.Contains(co, "#bytes") {
+				t.Errorf("no results table:\n%s", co)
+			}
+			if strings.Contains(c.prog, "_bw") && strings.Contains(strings.Join(c.args, " "), "-a") {
+				for _, size := range []string{" 2 ", " 4096 ", " 8388608 "} {
+					if !strings.Contains(co, "\n"+size) {
+						t.Errorf("-a: no line for size%s:\n%s", size, co)
+					}
+				}
+			}
+		})
+	}
+}
+
+// TestKilledPeer kills the passive side of an ib_write_bw with SIGKILL
+// mid-transfer: the daemon keeps serving and the active side's QP goes to
+// error (its WRITEs to a QP that is gone exhaust their retries), as on
+// hardware.
+func TestKilledPeer(t *testing.T) {
+	lib := frontendtest.Lib(t)
+	bw := frontendtest.Need(t, "ib_write_bw", "perftest")
+	sock := frontendtest.Daemon(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	port := frontendtest.FreePort(t)
+	args := []string{"-d", "hcasim0", "-s", "4096", "-n", "100000000", "-p", strconv.Itoa(port)}
+	srv := frontendtest.Start(ctx, t, lib, sock, bw, args...)
+	frontendtest.WaitListening(t, srv, port, 20*time.Second)
+	cli := frontendtest.Start(ctx, t, lib, sock, bw, append(args, "127.0.0.1")...)
+	// perftest's output is block-buffered into the pipe: give it time to
+	// connect and move data rather than waiting for a line.
+	time.Sleep(1500 * time.Millisecond)
+	srv.Cmd.Process.Signal(syscall.SIGKILL)
+	srv.Wait()
+	killed := time.Now()
+	err := cli.Wait()
+	out := cli.Output()
+	if err == nil || ctx.Err() != nil {
+		t.Fatalf("the client did not fail after its peer died (%v):\n%s", err, out)
+	}
+	if !strings.Contains(out, "Completion with error") {
+		t.Errorf("the client did not see an error completion:\n%s", out)
+	}
+	t.Logf("the client saw the error %v after the kill", time.Since(killed).Round(time.Millisecond))
+	// The daemon still serves.
+	frontendtest.Run(t, 20*time.Second, lib, sock, "ibv_devices")
+	args2 := []string{bw, "-d", "hcasim0", "-n", "50"}
+	frontendtest.Pair(t, 60*time.Second, lib, sock, args2, args2)
+}

@@ -1,0 +1,276 @@
+// Package frontendtest has the helpers of the tests that run unmodified
+// libibverbs programs on hcasim through its libibverbs.so.1 (ibverbs/):
+// building the library, finding the programs, a daemon to run them
+// against, and running them with the library in place.
+//
+// A test that needs something the machine lacks (the rdma-core headers,
+// ibverbs-utils, perftest, python3-pyverbs) skips, saying what to install,
+// unless HCASIM_REQUIRE_FRONTEND is set (CI sets it), in which case it
+// fails.
+package frontendtest
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hcasim/hcasim/hca"
+	"github.com/hcasim/hcasim/hca/remote"
+)
+
+// Root returns the repository's root directory.
+func Root() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
+}
+
+// Missing skips the test for a missing prerequisite, or fails it when
+// HCASIM_REQUIRE_FRONTEND is set.
+func Missing(t testing.TB, format string, args ...any) {
+	t.Helper()
+	msg := fmt.Sprintf(format, args...)
+	if os.Getenv("HCASIM_REQUIRE_FRONTEND") != "" {
+		t.Fatalf("%s (HCASIM_REQUIRE_FRONTEND is set)", msg)
+	}
+	t.Skip(msg)
+}
+
+var (
+	libOnce sync.Once
+	libDir  string
+	libErr  error
+)
+
+// Lib builds hcasim's libibverbs.so.1 (make lib) once per test binary and
+// returns its directory.
+func Lib(t testing.TB) string {
+	t.Helper()
+	for _, h := range []string{"/usr/include/infiniband/verbs.h", "/usr/include/infiniband/mlx5dv.h"} {
+		if _, err := os.Stat(h); err != nil {
+			Missing(t, "%s missing: install libibverbs-dev to build hcasim's libibverbs.so.1", h)
+		}
+	}
+	libOnce.Do(func() {
+		root := Root()
+		cmd := exec.Command("make", "-s", "lib")
+		cmd.Dir = root
+		if out, err := cmd.CombinedOutput(); err != nil {
+			libErr = fmt.Errorf("make lib: %v\n%s", err, out)
+			return
+		}
+		libDir = filepath.Join(root, "bin", "lib")
+		if _, err := os.Stat(filepath.Join(libDir, "libibverbs.so.1")); err != nil {
+			libErr = err
+		}
+	})
+	if libErr != nil {
+		t.Fatal(libErr)
+	}
+	return libDir
+}
+
+// Need returns the path of an installed program, or skips (fails under
+// HCASIM_REQUIRE_FRONTEND) naming the Debian package that has it.
+func Need(t testing.TB, prog, pkg string) string {
+	t.Helper()
+	p, err := exec.LookPath(prog)
+	if err != nil {
+		Missing(t, "%s not found: install %s", prog, pkg)
+	}
+	return p
+}
+
+// Daemon starts an in-process hcasim daemon (as hcasim serve: ConnectX-5
+// caps, 50 µs send-engine polling) on a socket in a temporary directory and
+// returns the socket's path. It stops when the test ends.
+func Daemon(t testing.TB) string {
+	t.Helper()
+	sock := filepath.Join(t.TempDir(), "hcasim.sock")
+	caps := hca.ConnectX5Caps
+	caps.MaxMappedBytes = 64 << 30
+	dev := hca.New(hca.Options{Caps: &caps, Poll: 50 * time.Microsecond})
+	l, err := remote.Listen(sock)
+	if err != nil {
+		dev.Close()
+		t.Fatal(err)
+	}
+	srv := &remote.Server{Dev: dev}
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(l) }()
+	t.Cleanup(func() {
+		srv.Shutdown(200 * time.Millisecond)
+		<-done
+		dev.Close()
+	})
+	return sock
+}
+
+// Env returns the environment a program needs to use the library in lib
+// and the daemon at sock.
+func Env(lib, sock string) []string {
+	ld := lib
+	if old := os.Getenv("LD_LIBRARY_PATH"); old != "" {
+		ld += ":" + old
+	}
+	return append(os.Environ(), "LD_LIBRARY_PATH="+ld, "HCASIM_SOCKET="+sock, "HCASIM_QUIET=1")
+}
+
+// Proc is a program started with Start.
+type Proc struct {
+	Cmd  *exec.Cmd
+	Out  *bytes.Buffer // stdout and stderr
+	done chan error
+	err  error
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  *bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+// Start starts a program with the library and daemon in place; it is
+// killed if still running when ctx ends or the test ends.
+func Start(ctx context.Context, t testing.TB, lib, sock string, name string, args ...string) *Proc {
+	t.Helper()
+	cmd := exec.CommandContext(ctx, name, args...)
+	cmd.Env = Env(lib, sock)
+	p := &Proc{Cmd: cmd, Out: &bytes.Buffer{}, done: make(chan error, 1)}
+	w := &syncBuffer{b: p.Out}
+	cmd.Stdout, cmd.Stderr = w, w
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start %s: %v", name, err)
+	}
+	go func() { p.done <- cmd.Wait() }()
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		p.Wait()
+	})
+	return p
+}
+
+// Wait waits for the program and returns its exit error.
+func (p *Proc) Wait() error {
+	if p.done != nil {
+		p.err = <-p.done
+		p.done = nil
+	}
+	return p.err
+}
+
+// Output returns what the program wrote so far.
+func (p *Proc) Output() string {
+	return p.Out.String()
+}
+
+// Run runs a program to its end with a timeout and returns its output; the
+// test fails if it fails or names an unimplemented verb.
+func Run(t testing.TB, timeout time.Duration, lib, sock string, name string, args ...string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	p := Start(ctx, t, lib, sock, name, args...)
+	err := p.Wait()
+	out := p.Output()
+	if err != nil {
+		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
+	}
+	NoUnimplemented(t, out)
+	return out
+}
+
+// NoUnimplemented fails the test if out names an unimplemented verb.
+func NoUnimplemented(t testing.TB, out string) {
+	t.Helper()
+	for _, l := range strings.Split(out, "\n") {
+		if strings.Contains(l, "hcasim: unimplemented:") {
+			t.Errorf("the program called a verb hcasim does not implement: %s", l)
+		}
+	}
+}
+
+// FreePort returns a TCP port on 127.0.0.1 nobody listens on now.
+func FreePort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// Listening reports whether some socket listens on TCP port (from
+// /proc/net/tcp and tcp6, without connecting: the servers of
+// rc_pingpong and perftest take the first connection as their client).
+func Listening(port int) bool {
+	want := fmt.Sprintf(":%04X", port)
+	for _, f := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		sc := bufio.NewScanner(bytes.NewReader(b))
+		for sc.Scan() {
+			fs := strings.Fields(sc.Text())
+			if len(fs) > 3 && strings.HasSuffix(fs[1], want) && fs[3] == "0A" {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// WaitListening waits until port listens or p exits.
+func WaitListening(t testing.TB, p *Proc, port int, timeout time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !Listening(port) {
+		if p.Cmd.ProcessState != nil || time.Now().After(deadline) {
+			t.Fatalf("%s did not listen on port %d within %v:\n%s", p.Cmd.Path, port, timeout, p.Output())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// Pair runs a server and a client program (rc_pingpong and perftest
+// style: the server listens on a TCP port, the client connects to
+// 127.0.0.1) and returns both outputs. Both must succeed.
+func Pair(t testing.TB, timeout time.Duration, lib, sock string, server, client []string) (string, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	port := FreePort(t)
+	srv := Start(ctx, t, lib, sock, server[0], append(server[1:], "-p", strconv.Itoa(port))...)
+	WaitListening(t, srv, port, timeout)
+	cli := Start(ctx, t, lib, sock, client[0], append(client[1:], "-p", strconv.Itoa(port), "127.0.0.1")...)
+	cerr := cli.Wait()
+	serr := srv.Wait()
+	so, co := srv.Output(), cli.Output()
+	if cerr != nil || serr != nil {
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			t.Errorf("timed out after %v", timeout)
+		}
+		t.Fatalf("server %v: %v\n%s\nclient %v: %v\n%s", server, serr, so, client, cerr, co)
+	}
+	NoUnimplemented(t, so)
+	NoUnimplemented(t, co)
+	return so, co
+}
