@@ -17,6 +17,9 @@
 #define HC_IBDEV_PATH "/sys/class/infiniband/" HC_DEV_NAME
 #define HC_FW_VER "16.35.0000"
 #define HC_BOARD_ID "HCASIM_0001"
+/* The GID table: index 0 holds the port's GID, the others are empty (as
+ * on hardware, where most of the table is). */
+#define HC_GID_TBL_LEN 16
 
 /* A device as libibverbs lays it out: room for a verbs_device after the
  * ibv_device, in case a provider library ever looks past it. */
@@ -254,7 +257,7 @@ static void fill_port(struct hc_context *ctx, struct ibv_port_attr *a)
 	a->state = IBV_PORT_ACTIVE;
 	a->max_mtu = IBV_MTU_4096;
 	a->active_mtu = IBV_MTU_4096;
-	a->gid_tbl_len = 1;
+	a->gid_tbl_len = HC_GID_TBL_LEN;
 	a->port_cap_flags = IBV_PORT_CM_SUP | IBV_PORT_DEVICE_MGMT_SUP | IBV_PORT_VENDOR_CLASS_SUP;
 	a->max_msg_sz = 1u << 30;
 	a->pkey_tbl_len = 1;
@@ -294,21 +297,24 @@ static void fill_gid(struct hc_context *ctx, union ibv_gid *g)
 
 HC_EXPORT int ibv_query_gid(struct ibv_context *c, uint8_t port, int index, union ibv_gid *gid)
 {
-	if (port != 1 || index != 0) {
+	if (port != 1 || index < 0 || index >= HC_GID_TBL_LEN) {
 		errno = EINVAL;
 		return -1;
 	}
-	fill_gid(hc_ctx(c), gid);
+	if (index == 0)
+		fill_gid(hc_ctx(c), gid);
+	else
+		memset(gid, 0, sizeof *gid);
 	return 0;
 }
 
 HC_EXPORT int _ibv_query_gid_ex(struct ibv_context *c, uint32_t port, uint32_t index, struct ibv_gid_entry *e,
 				uint32_t flags, size_t len)
 {
-	if (flags || port != 1 || len < sizeof *e)
+	if (flags || port != 1 || len < sizeof *e || index >= HC_GID_TBL_LEN)
 		return EINVAL;
 	if (index != 0)
-		return ENODATA;
+		return ENODATA; /* an empty entry */
 	memset(e, 0, len);
 	fill_gid(hc_ctx(c), &e->gid);
 	e->gid_index = 0;
