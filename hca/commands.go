@@ -232,10 +232,9 @@ func (f *Func) pdRef(pd uint32, d int) bool {
 	return true
 }
 
-// mkeyPDs tracks the PD of every mkey created by command, for DESTROY_MKEY.
-// (A UMR may move a key to another PD of the function: the reference
-// stays with the creating PD, as with hardware's object ownership.)
-
+// An mkey holds a reference on its PD: CREATE_MKEY takes it, DESTROY_MKEY
+// drops the one of the PD the key is in then (a UMR that moves the key to
+// another PD moves the reference, QP.doUMR).
 func (f *Func) createMkey(in In) Out {
 	mk := umr.MkeySeg(in[MkeyInCtx:MkeyInXLT]).Fields()
 	m := mk.Mkey()

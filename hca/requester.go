@@ -531,7 +531,29 @@ func (qp *QP) doUMR(segs []byte, target klm.Key) cq.Syndrome {
 	if sigReg && !qp.integrity {
 		return cq.SyndromeLocalQPOp // a signature UMR needs an integrity-enabled QP
 	}
-	if err := umr.Apply(qp.fn.mkeys, op); err != nil {
+	// A UMR that moves the key to another PD moves the PD reference with
+	// it (as ibv_rereg_mr moves the MR's use count): the new PD must exist,
+	// and the old one is free to go once nothing else uses it.
+	movePD := op.Ctrl.Mask&umr.MaskPD != 0 && op.Mkey.PD != qp.pd
+	if movePD {
+		qp.fn.mu.Lock()
+		ok := qp.fn.pdRef(op.Mkey.PD, 1)
+		qp.fn.mu.Unlock()
+		if !ok {
+			return cq.SyndromeLocalProt
+		}
+	}
+	err = umr.Apply(qp.fn.mkeys, op)
+	if movePD {
+		qp.fn.mu.Lock()
+		if err != nil {
+			qp.fn.pdRef(op.Mkey.PD, -1)
+		} else {
+			qp.fn.pdRef(qp.pd, -1)
+		}
+		qp.fn.mu.Unlock()
+	}
+	if err != nil {
 		switch {
 		case errors.Is(err, umr.ErrNotFree), errors.Is(err, umr.ErrFree), errors.Is(err, umr.ErrAccess), errors.Is(err, umr.ErrNotUMR):
 			return cq.SyndromeLocalProt

@@ -324,3 +324,39 @@ HC_EXPORT int ibv_resize_cq(struct ibv_cq *cq, int cqe)
 	HC_UNIMPLEMENTED("ibv_resize_cq");
 	return EOPNOTSUPP;
 }
+
+/* hc_cq_clean removes a QP's CQEs from the CQ, as mlx5's provider does when
+ * the QP is reset or destroyed: the CQEs still unpolled are walked back
+ * from the newest, the others moved up over the removed ones (keeping
+ * each slot's owner bit), and the consumer index advanced past the gap. */
+void hc_cq_clean(struct hc_cq *cq, uint32_t qpn)
+{
+	pthread_mutex_lock(&cq->lock);
+	uint32_t size = 1u << cq->log, prod = cq->ci;
+	for (;;) {
+		uint8_t *e = cq->ring + (size_t)(prod & (size - 1)) * CQE_SIZE;
+		uint8_t op_own = (uint8_t)hc_load32(e + 60);
+		if ((op_own >> 4) == HC_CQE_INVALID || (op_own & 1) != ((prod >> cq->log) & 1) || prod - cq->ci >= size)
+			break;
+		prod++;
+	}
+	uint32_t freed = 0;
+	for (uint32_t i = prod; i-- != cq->ci;) {
+		uint8_t *e = cq->ring + (size_t)(i & (size - 1)) * CQE_SIZE;
+		if ((hc_get32(e + 56) & 0xFFFFFF) == qpn) {
+			freed++;
+		} else if (freed) {
+			uint8_t *d = cq->ring + (size_t)((i + freed) & (size - 1)) * CQE_SIZE;
+			uint8_t owner = d[63] & 1;
+			memcpy(d, e, CQE_SIZE);
+			d[63] = (uint8_t)((d[63] & ~1) | owner);
+		}
+	}
+	if (freed) {
+		cq->ci += freed;
+		hc_store32(cq->db, cq->ci & 0xFFFFFF);
+	}
+	if (cq->cur_qp && cq->cur_qp->qpx.qp_base.qp_num == qpn)
+		cq->cur_qp = NULL;
+	pthread_mutex_unlock(&cq->lock);
+}

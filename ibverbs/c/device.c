@@ -728,3 +728,34 @@ HC_EXPORT enum ibv_rate mbps_to_ibv_rate(int mbps)
 			return rates[i].rate;
 	return IBV_RATE_MAX;
 }
+
+/* Address handles. hcasim models RC only, so an AH is what it is on any
+ * device before UD traffic: the attributes, checked and kept. */
+struct hc_ah {
+	struct ibv_ah ah;
+	struct ibv_ah_attr attr;
+};
+
+HC_EXPORT struct ibv_ah *ibv_create_ah(struct ibv_pd *pd, struct ibv_ah_attr *attr)
+{
+	if (!pd || !attr || attr->port_num != 1 || (!attr->dlid && !attr->is_global) ||
+	    (attr->is_global && attr->grh.sgid_index >= HC_GID_TBL_LEN)) {
+		errno = EINVAL;
+		return NULL;
+	}
+	struct hc_ah *a = calloc(1, sizeof *a);
+	if (!a) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	a->ah.context = pd->context;
+	a->ah.pd = pd;
+	a->attr = *attr;
+	return &a->ah;
+}
+
+HC_EXPORT int ibv_destroy_ah(struct ibv_ah *ah)
+{
+	free(ah);
+	return 0;
+}

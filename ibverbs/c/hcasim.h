@@ -284,6 +284,7 @@ struct hc_qp *hc_find_qp(struct hc_context *ctx, uint32_t qpn);
 void hc_cq_event(struct hc_context *ctx, uint32_t cqn);
 int hc_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc);
 int hc_req_notify_cq(struct ibv_cq *cq, int solicited);
+void hc_cq_clean(struct hc_cq *cq, uint32_t qpn);
 
 /* qp.c */
 int hc_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad);
@@ -292,6 +293,7 @@ struct ibv_qp *hc_create_qp_ex(struct ibv_context *c, struct ibv_qp_init_attr_ex
 void hc_send_done(struct hc_qp *qp, const uint8_t *cqe, struct ibv_wc *wc);
 void hc_recv_done(struct hc_qp *qp, const uint8_t *cqe, struct ibv_wc *wc);
 void hc_qp_saw_error(struct hc_qp *qp);
+int hc_umr_modify(struct ibv_pd *cur_pd, uint32_t key, int change_access, uint8_t access, struct ibv_pd *new_pd);
 
 /* device.c */
 int hc_query_port(struct ibv_context *c, uint8_t port, struct ibv_port_attr *a, size_t len);

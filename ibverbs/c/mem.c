@@ -363,6 +363,8 @@ static uint64_t dev_iova(struct region *r, struct rmap *m, uintptr_t a)
 struct hc_mr {
 	struct ibv_mr mr;
 	uint32_t index;
+	unsigned access;
+	uint64_t iova;
 	size_t nused;
 	struct region **used;
 	struct rmap **maps;
@@ -439,7 +441,9 @@ static uint8_t mkey_access(unsigned access)
 	return a;
 }
 
-static void mr_release(struct hc_mr *m)
+/* mr_drop releases what an MR holds of regions and mappings. Called with
+ * regions_mu held. */
+static void mr_drop(struct hc_mr *m)
 {
 	for (size_t i = 0; i < m->nused; i++) {
 		if (m->maps && m->maps[i])
@@ -448,7 +452,9 @@ static void mr_release(struct hc_mr *m)
 	}
 	free(m->used);
 	free(m->maps);
-	free(m);
+	m->used = NULL;
+	m->maps = NULL;
+	m->nused = 0;
 }
 
 /* The access flags ibv_reg_mr accepts; ODP, dma-buf and the rest are not
@@ -457,41 +463,38 @@ static void mr_release(struct hc_mr *m)
 	(IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC |         \
 	 IBV_ACCESS_MW_BIND)
 
-HC_EXPORT struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t length, uint64_t iova,
-					  unsigned int access)
+/* mr_check validates ibv_reg_mr's arguments; it returns an errno. */
+static int mr_check(struct hc_context *ctx, void *addr, size_t length, uint64_t iova, unsigned *access)
 {
-	struct hc_context *ctx = hc_ctx(pd->context);
-	access &= ~(unsigned)IBV_ACCESS_OPTIONAL_RANGE; /* optional flags a device may ignore */
-	if (access & IBV_ACCESS_ON_DEMAND) {
-		/* Includes implicit ODP, ibv_reg_mr(pd, NULL, SIZE_MAX, ...). */
-		errno = EOPNOTSUPP;
-		return NULL;
-	}
-	if ((access & ~SUPPORTED_ACCESS) || length == 0 || !addr ||
-	    ((access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) && !(access & IBV_ACCESS_LOCAL_WRITE))) {
-		errno = EINVAL;
-		return NULL;
-	}
+	*access &= ~(unsigned)IBV_ACCESS_OPTIONAL_RANGE; /* optional flags a device may ignore */
+	if (*access & IBV_ACCESS_ON_DEMAND)
+		return EOPNOTSUPP; /* includes implicit ODP, ibv_reg_mr(pd, NULL, SIZE_MAX, ...) */
+	if ((*access & ~SUPPORTED_ACCESS) || length == 0 || !addr ||
+	    ((*access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) && !(*access & IBV_ACCESS_LOCAL_WRITE)))
+		return EINVAL;
 	uintptr_t a = (uintptr_t)addr;
-	if (a + length < a || iova + length < iova || ((iova ^ a) & (PAGE - 1))) {
-		errno = EINVAL;
-		return NULL;
-	}
-	if (ctx->caps.max_mapped && length > ctx->caps.max_mapped) {
-		errno = ENOMEM;
-		return NULL;
-	}
+	if (a + length < a || iova + length < iova || ((iova ^ a) & (PAGE - 1)))
+		return EINVAL;
+	if (ctx->caps.max_mapped && length > ctx->caps.max_mapped)
+		return ENOMEM;
+	return 0;
+}
+
+/* mr_make registers [addr, addr+length) at iova in m: its regions, their
+ * mappings into ctx, and an MTT mkey. It returns an errno; m holds
+ * nothing on failure. */
+static int mr_make(struct hc_context *ctx, struct ibv_pd *pd, void *addr, size_t length, uint64_t iova,
+		   unsigned access, struct hc_mr *m)
+{
+	uintptr_t a = (uintptr_t)addr;
 	uintptr_t s = a & ~(PAGE - 1), e = (a + length + PAGE - 1) & ~(PAGE - 1);
-	struct hc_mr *m = calloc(1, sizeof *m);
-	if (!m) {
-		errno = ENOMEM;
-		return NULL;
-	}
 	uint8_t *in = NULL;
 	pthread_mutex_lock(&regions_mu);
 	int err = cover(s, e, &m->used, &m->nused);
-	if (err)
-		goto fail_nomr;
+	if (err) {
+		pthread_mutex_unlock(&regions_mu);
+		return err;
+	}
 	m->maps = calloc(m->nused, sizeof *m->maps);
 	if (!m->maps) {
 		err = ENOMEM;
@@ -530,14 +533,16 @@ HC_EXPORT struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t 
 		uintptr_t probe = va < s ? s : va;
 		while (ri + 1 < m->nused && probe >= m->used[ri]->end)
 			ri++;
-		struct region *r = m->used[ri];
-		uint64_t dev = log == 12 ? dev_iova(r, m->maps[ri], probe) : dev_iova(r, m->maps[ri], r->start) -
-										   (r->start - va);
-		hc_put64(in + 80 + j * 8, (dev & ~(P - 1)) | 0x3);
+		/* Unsigned arithmetic: va may lie below the region (page 0 of a
+		 * large page), the sum is still that page's IOVA. */
+		uint64_t dev = dev_iova(m->used[ri], m->maps[ri], probe) - (probe - va);
+		hc_put64(in + 80 + j * 8, (dev & ~(P - 1)) | 0x3); /* read and write enabled */
 	}
 	hc_cmd_header(in, HC_CMD_CREATE_MKEY);
 	uint8_t *mk = in + 16;
-	mk[2] = mkey_access(access) | 0x01; /* access_mode MTT */
+	/* umr_en, as the kernel's mlx5 driver makes user MRs: ibv_rereg_mr
+	 * changes access and PD in place with a UMR (hc_umr_modify). */
+	mk[2] = 0x80 | mkey_access(access) | 0x01; /* access_mode MTT */
 	pthread_mutex_lock(&ctx->obj_mu);
 	uint8_t variant = ++ctx->variant;
 	pthread_mutex_unlock(&ctx->obj_mu);
@@ -561,18 +566,102 @@ HC_EXPORT struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t 
 	m->mr.length = length;
 	m->mr.handle = m->index;
 	m->mr.lkey = m->mr.rkey = m->index << 8 | variant;
-	return &m->mr;
+	m->access = access;
+	m->iova = iova;
+	return 0;
 fail:
 	free(in);
-	mr_release(m);
+	mr_drop(m);
 	pthread_mutex_unlock(&regions_mu);
-	errno = err;
-	return NULL;
-fail_nomr:
+	return err;
+}
+
+static int destroy_mkey(struct hc_context *ctx, uint32_t index)
+{
+	uint8_t in[12], out[64];
+	hc_cmd_header(in, HC_CMD_DESTROY_MKEY);
+	hc_put32(in + 8, index);
+	int err = hc_cmd(ctx, in, sizeof in, out, sizeof out, NULL);
+	return err == EIO ? 0 : err; /* the daemon is gone: so is the key */
+}
+
+HC_EXPORT struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t length, uint64_t iova,
+					  unsigned int access)
+{
+	struct hc_context *ctx = hc_ctx(pd->context);
+	int err = mr_check(ctx, addr, length, iova, &access);
+	struct hc_mr *m = err ? NULL : calloc(1, sizeof *m);
+	if (!err && !m)
+		err = ENOMEM;
+	if (!err)
+		err = mr_make(ctx, pd, addr, length, iova, access, m);
+	if (err) {
+		free(m);
+		errno = err;
+		return NULL;
+	}
+	return &m->mr;
+}
+
+/* ibv_rereg_mr changes access and PD in place (a UMR on the mkey, the
+ * keys stay); a new translation registers the MR anew and drops the old
+ * registration, so the keys change (the new ones are in the ibv_mr), as
+ * the kernel's mlx5 driver does when it cannot reuse the mkey. On failure
+ * the MR is as it was. */
+HC_EXPORT int ibv_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void *addr, size_t length, int access)
+{
+	struct hc_mr *m = (struct hc_mr *)mr;
+	struct hc_context *ctx = hc_ctx(mr->context);
+	if (flags <= 0 || (flags & ~IBV_REREG_MR_FLAGS_SUPPORTED) ||
+	    ((flags & IBV_REREG_MR_CHANGE_PD) && (!pd || pd->context != mr->context))) {
+		errno = EINVAL;
+		return IBV_REREG_MR_ERR_INPUT;
+	}
+	struct ibv_pd *npd = flags & IBV_REREG_MR_CHANGE_PD ? pd : mr->pd;
+	void *naddr = flags & IBV_REREG_MR_CHANGE_TRANSLATION ? addr : mr->addr;
+	size_t nlen = flags & IBV_REREG_MR_CHANGE_TRANSLATION ? length : mr->length;
+	unsigned nacc = flags & IBV_REREG_MR_CHANGE_ACCESS ? (unsigned)access : m->access;
+	uint64_t iova = flags & IBV_REREG_MR_CHANGE_TRANSLATION ? (uintptr_t)addr : m->iova;
+	int err = mr_check(ctx, naddr, nlen, iova, &nacc);
+	if (err) {
+		errno = err;
+		return IBV_REREG_MR_ERR_INPUT;
+	}
+	if (!(flags & IBV_REREG_MR_CHANGE_TRANSLATION)) {
+		/* In place: the keys stay. */
+		err = hc_umr_modify(mr->pd, mr->lkey, flags & IBV_REREG_MR_CHANGE_ACCESS, mkey_access(nacc),
+				    flags & IBV_REREG_MR_CHANGE_PD ? npd : NULL);
+		if (err) {
+			errno = err;
+			return IBV_REREG_MR_ERR_CMD;
+		}
+		mr->pd = npd;
+		m->access = nacc;
+		return 0;
+	}
+	/* A new translation: a new registration, with new keys. */
+	struct hc_mr n = {0};
+	err = mr_make(ctx, npd, naddr, nlen, iova, nacc, &n);
+	if (err) {
+		errno = err;
+		return IBV_REREG_MR_ERR_CMD;
+	}
+	err = destroy_mkey(ctx, m->index);
+	if (err) {
+		destroy_mkey(ctx, n.index);
+		pthread_mutex_lock(&regions_mu);
+		mr_drop(&n);
+		pthread_mutex_unlock(&regions_mu);
+		errno = err;
+		return IBV_REREG_MR_ERR_CMD;
+	}
+	pthread_mutex_lock(&regions_mu);
+	mr_drop(m);
 	pthread_mutex_unlock(&regions_mu);
-	free(m);
-	errno = err;
-	return NULL;
+	n.access = nacc;
+	n.iova = iova;
+	*m = n;
+	return 0;
 }
 
 HC_EXPORT struct ibv_mr *ibv_reg_mr(struct ibv_pd *pd, void *addr, size_t length, int access)
@@ -588,16 +677,13 @@ HC_EXPORT struct ibv_mr *ibv_reg_mr_iova(struct ibv_pd *pd, void *addr, size_t l
 HC_EXPORT int ibv_dereg_mr(struct ibv_mr *mr)
 {
 	struct hc_mr *m = (struct hc_mr *)mr;
-	struct hc_context *ctx = hc_ctx(mr->context);
-	uint8_t in[12], out[64];
-	hc_cmd_header(in, HC_CMD_DESTROY_MKEY);
-	hc_put32(in + 8, m->index);
-	int err = hc_cmd(ctx, in, sizeof in, out, sizeof out, NULL);
-	if (err && err != EIO)
+	int err = destroy_mkey(hc_ctx(mr->context), m->index);
+	if (err)
 		return err;
 	pthread_mutex_lock(&regions_mu);
-	mr_release(m);
+	mr_drop(m);
 	pthread_mutex_unlock(&regions_mu);
+	free(m);
 	return 0;
 }
 

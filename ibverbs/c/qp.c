@@ -198,13 +198,9 @@ HC_EXPORT int ibv_destroy_qp(struct ibv_qp *q)
 	if (err && err != EIO)
 		return err;
 	hc_table_del(ctx, 1, q->qp_num);
-	struct hc_cq *cqs[2] = {qp->scq, qp->rcq};
-	for (int i = 0; i < 2; i++) {
-		pthread_mutex_lock(&cqs[i]->lock);
-		if (cqs[i]->cur_qp == qp)
-			cqs[i]->cur_qp = NULL;
-		pthread_mutex_unlock(&cqs[i]->lock);
-	}
+	hc_cq_clean(qp->scq, q->qp_num);
+	if (qp->rcq != qp->scq)
+		hc_cq_clean(qp->rcq, q->qp_num);
 	qp_free(qp);
 	return 0;
 }
@@ -275,6 +271,9 @@ static int device_state(struct hc_qp *qp)
 
 static void reset_indices(struct hc_qp *qp)
 {
+	hc_cq_clean(qp->scq, qp->qpx.qp_base.qp_num);
+	if (qp->rcq != qp->scq)
+		hc_cq_clean(qp->rcq, qp->qpx.qp_base.qp_num);
 	pthread_mutex_lock(&qp->smu);
 	qp->cur_post = qp->sq_tail = 0;
 	qp->fm_cache = 0;
@@ -1008,4 +1007,71 @@ static void qpx_init(struct hc_qp *qp)
 	x->wr_complete = x_complete;
 	x->wr_abort = x_abort;
 	x->wr_atomic_write = x_atomic_write;
+}
+
+/* hc_umr_modify changes an mkey's access flags and PD in place, with a UMR
+ * WQE, as the kernel's mlx5 driver rereg's an MR without changing its
+ * keys. The UMR goes on a QP of the mkey's current PD (the device checks
+ * it), made for the purpose and connected to itself; it is destroyed
+ * after. It returns an errno. */
+int hc_umr_modify(struct ibv_pd *cur_pd, uint32_t key, int change_access, uint8_t access, struct ibv_pd *new_pd)
+{
+	struct ibv_context *c = cur_pd->context;
+	struct ibv_cq *cq = ibv_create_cq(c, 2, NULL, NULL, 0);
+	if (!cq)
+		return errno;
+	struct ibv_qp_init_attr ia = {.send_cq = cq, .recv_cq = cq, .qp_type = IBV_QPT_RC,
+				      .cap = {.max_send_wr = 1, .max_recv_wr = 1, .max_send_sge = 1, .max_recv_sge = 1}};
+	struct ibv_qp *q = ibv_create_qp(cur_pd, &ia);
+	int err = q ? 0 : errno;
+	if (!err) {
+		struct ibv_qp_attr a = {.qp_state = IBV_QPS_INIT, .port_num = 1};
+		err = ibv_modify_qp(q, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
+	}
+	if (!err) {
+		struct ibv_qp_attr a = {.qp_state = IBV_QPS_RTR, .path_mtu = IBV_MTU_1024, .dest_qp_num = q->qp_num,
+					.ah_attr = {.dlid = hc_ctx(c)->caps.lid, .port_num = 1}, .min_rnr_timer = 12};
+		err = ibv_modify_qp(q, &a,
+				    IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+					    IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
+	}
+	if (!err) {
+		struct ibv_qp_attr a = {.qp_state = IBV_QPS_RTS, .timeout = 14, .retry_cnt = 7, .rnr_retry = 7};
+		err = ibv_modify_qp(q, &a,
+				    IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
+					    IBV_QP_MAX_QP_RD_ATOMIC);
+	}
+	if (!err) {
+		struct hc_qp *qp = hc_qp(q);
+		pthread_mutex_lock(&qp->smu);
+		uint8_t *u = qp->scratch + SEG, *mk = u + 48;
+		memset(u, 0, 48 + 64);
+		uint64_t mask = 0;
+		if (change_access)
+			mask |= 1ULL << 17 | 1ULL << 18 | 1ULL << 19 | 1ULL << 20 | 1ULL << 21; /* LR LW RR RW A */
+		if (new_pd)
+			mask |= 1ULL << 7; /* PD */
+		hc_put64(u + 8, mask);
+		mk[2] = access;
+		hc_put32(mk + 12, new_pd ? new_pd->handle & 0xFFFFFF : 0);
+		uint8_t imm[4];
+		hc_put32(imm, key);
+		put_ctrl(qp, HC_OP_UMR, SEG + 48 + 64, HC_FENCE_SMALL, 1, 0, imm);
+		err = commit(qp, SEG + 48 + 64, 0, IBV_WC_DRIVER1, 1);
+		uint16_t cur = qp->cur_post;
+		pthread_mutex_unlock(&qp->smu);
+		if (!err)
+			ring_sq(qp, cur);
+	}
+	if (!err) {
+		struct ibv_wc wc;
+		int n = 0;
+		for (int i = 0; i < 5000000 && n == 0; i++) /* a bounded wait, seconds at most */
+			n = ibv_poll_cq(cq, 1, &wc);
+		err = n == 1 ? (wc.status == IBV_WC_SUCCESS ? 0 : EINVAL) : ETIMEDOUT;
+	}
+	if (q)
+		ibv_destroy_qp(q);
+	ibv_destroy_cq(cq);
+	return err;
 }
