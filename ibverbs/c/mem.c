@@ -24,6 +24,7 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
+#include <ucontext.h>
 #include <unistd.h>
 
 #include "hcasim.h"
@@ -98,6 +99,7 @@ struct region {
 	uint64_t pad; /* start mod 2^log_page: the memfd's first byte is at start - pad */
 	uint8_t log_page;
 	int refs;
+	int forked; /* on private memory while fork() runs */
 	struct rmap *maps;
 	struct region *next;
 };
@@ -196,6 +198,66 @@ static uint8_t choose_log(size_t len)
 	return k;
 }
 
+/* A move puts a copy of [to, to+len) at from over to: memcpy, then one
+ * mremap. Nothing may write the range between the two, or the write is
+ * lost — and the range may hold the calling thread's own stack (a buffer
+ * on the stack shares its pages with the frames below it). So the move
+ * runs on a stack of its own (swapcontext): the old stack is not touched
+ * from the copy to the remap, and its saved context is in the copy. */
+struct move {
+	void *from, *to;
+	size_t len;
+	int err;
+	ucontext_t back, side;
+};
+
+static void move_on_side(void)
+{
+	/* The move is found through a global: makecontext passes only ints. */
+	extern struct move *hc_cur_move;
+	struct move *m = hc_cur_move;
+	memcpy(m->from, m->to, m->len);
+	void *r = mremap(m->from, m->len, m->len, MREMAP_MAYMOVE | MREMAP_FIXED, m->to);
+	m->err = r == MAP_FAILED ? errno : 0; /* after the remap: lands in the new pages */
+}
+
+struct move *hc_cur_move; /* under regions_mu */
+
+static int move_pages(void *from, void *to, size_t len)
+{
+	const size_t stack = 64 * 1024;
+	void *st = mmap(NULL, stack, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (st == MAP_FAILED)
+		return errno;
+	struct move *m = calloc(1, sizeof *m); /* not on the stack being moved */
+	if (!m) {
+		munmap(st, stack);
+		return ENOMEM;
+	}
+	m->from = from;
+	m->to = to;
+	m->len = len;
+	m->err = EINVAL;
+	int err = 0;
+	if (getcontext(&m->side) < 0) {
+		err = errno;
+	} else {
+		m->side.uc_stack.ss_sp = st;
+		m->side.uc_stack.ss_size = stack;
+		m->side.uc_link = &m->back;
+		makecontext(&m->side, move_on_side, 0);
+		hc_cur_move = m;
+		if (swapcontext(&m->back, &m->side) < 0)
+			err = errno;
+		else
+			err = m->err;
+		hc_cur_move = NULL;
+	}
+	free(m);
+	munmap(st, stack);
+	return err;
+}
+
 /* region_new moves [s, e) onto a new memfd in place. */
 static int region_new(uintptr_t s, uintptr_t e, struct region **out)
 {
@@ -236,9 +298,8 @@ static int region_new(uintptr_t s, uintptr_t e, struct region **out)
 		err = errno;
 		goto fail;
 	}
-	memcpy(p, (void *)s, len);
-	if (mremap(p, len, len, MREMAP_MAYMOVE | MREMAP_FIXED, (void *)s) == MAP_FAILED) {
-		err = errno;
+	err = move_pages(p, (void *)s, len);
+	if (err) {
 		munmap(p, len);
 		goto fail;
 	}
@@ -289,8 +350,7 @@ static void region_release(struct region *r)
 					prot_ok = 0;
 			void *q = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 			if (prot_ok && q != MAP_FAILED) {
-				memcpy(q, (void *)r->start, len);
-				if (mremap(q, len, len, MREMAP_MAYMOVE | MREMAP_FIXED, (void *)r->start) == MAP_FAILED)
+				if (move_pages(q, (void *)r->start, len))
 					munmap(q, len);
 				else
 					restore_prot(v, n, r->start, r->end);
@@ -352,6 +412,49 @@ static void region_put(struct region *r)
 		}
 	region_release(r);
 }
+
+/* Fork. A region's pages are MAP_SHARED memfd pages: a child would share
+ * them with the parent — and if they hold a thread's stack, both would run
+ * on the same frames. So around fork() every region is put back on
+ * private anonymous memory (the child gets a copy, as the kernel gives a
+ * child copies of pinned pages), and in the parent moved onto its memfd
+ * again. The device keeps its mapping of the memfd throughout; what it
+ * writes there while fork() runs is overwritten by the parent's copy. */
+static void fork_prepare(void)
+{
+	pthread_mutex_lock(&regions_mu);
+	for (struct region *r = regions; r; r = r->next) {
+		size_t len = r->end - r->start;
+		void *q = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		r->forked = q != MAP_FAILED && move_pages(q, (void *)r->start, len) == 0;
+		if (q != MAP_FAILED && !r->forked)
+			munmap(q, len);
+	}
+}
+
+static void fork_parent(void)
+{
+	for (struct region *r = regions; r; r = r->next) {
+		if (!r->forked)
+			continue;
+		r->forked = 0;
+		size_t len = r->end - r->start;
+		void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, r->fd, (off_t)r->pad);
+		if (p != MAP_FAILED && move_pages(p, (void *)r->start, len) != 0)
+			munmap(p, len);
+	}
+	pthread_mutex_unlock(&regions_mu);
+}
+
+static void fork_child(void)
+{
+	for (struct region *r = regions; r; r = r->next)
+		r->forked = 0;
+	pthread_mutex_unlock(&regions_mu);
+}
+
+static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
+static void fork_register(void) { pthread_atfork(fork_prepare, fork_parent, fork_child); }
 
 /* The device IOVA of address a of region r through mapping m. */
 static uint64_t dev_iova(struct region *r, struct rmap *m, uintptr_t a)
@@ -489,6 +592,7 @@ static int mr_make(struct hc_context *ctx, struct ibv_pd *pd, void *addr, size_t
 	uintptr_t a = (uintptr_t)addr;
 	uintptr_t s = a & ~(PAGE - 1), e = (a + length + PAGE - 1) & ~(PAGE - 1);
 	uint8_t *in = NULL;
+	pthread_once(&fork_once, fork_register);
 	pthread_mutex_lock(&regions_mu);
 	int err = cover(s, e, &m->used, &m->nused);
 	if (err) {
@@ -704,8 +808,8 @@ void hc_mr_context_closed(struct hc_context *ctx)
 	pthread_mutex_unlock(&regions_mu);
 }
 
-/* Fork: registered pages are MAP_SHARED memfd pages, shared with a child
- * rather than copied on write; there is nothing to prepare. */
+/* Fork needs no preparation: registered memory is copied for a child
+ * (fork_prepare). */
 HC_EXPORT int ibv_fork_init(void) { return 0; }
 HC_EXPORT enum ibv_fork_status ibv_is_fork_initialized(void) { return IBV_FORK_UNNEEDED; }
 HC_EXPORT int ibv_dontfork_range(void *base, size_t size)
