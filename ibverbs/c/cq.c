@@ -2,6 +2,7 @@
  * (ibv_poll_cq and the ibv_cq_ex start/next/end API), arming and
  * completion events. */
 #include <errno.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -52,6 +53,18 @@ static int to_wc(struct hc_cq *cq, const uint8_t *e, struct ibv_wc *wc)
 	return 0;
 }
 
+/* The device is a process of its own that shares this machine's CPUs: a
+ * program that spins on an empty CQ takes them from it. After a run of
+ * empty polls the poller yields its CPU once per poll (sched_yield), so
+ * the device gets to run; any completion ends the run. */
+#define YIELD_AFTER 64
+
+static void empty_poll(struct hc_cq *cq)
+{
+	if (++cq->empty >= YIELD_AFTER)
+		sched_yield();
+}
+
 int hc_poll_cq(struct ibv_cq *ibcq, int n, struct ibv_wc *wc)
 {
 	struct hc_cq *cq = hc_cq(ibcq);
@@ -67,9 +80,13 @@ int hc_poll_cq(struct ibv_cq *ibcq, int n, struct ibv_wc *wc)
 		cq->ci++;
 		got += to_wc(cq, e, &wc[got]);
 	}
-	if (cq->ci != ci0)
+	if (cq->ci != ci0) {
 		hc_store32(cq->db, cq->ci & 0xFFFFFF);
+		cq->empty = 0;
+	}
 	pthread_mutex_unlock(&cq->lock);
+	if (!got && n > 0)
+		empty_poll(cq);
 	return got;
 }
 
@@ -146,6 +163,9 @@ static int ex_start_poll(struct ibv_cq_ex *x, struct ibv_poll_cq_attr *attr)
 	if (err) {
 		hc_store32(cq->db, cq->ci & 0xFFFFFF);
 		pthread_mutex_unlock(&cq->lock);
+		empty_poll(cq);
+	} else {
+		cq->empty = 0;
 	}
 	return err;
 }

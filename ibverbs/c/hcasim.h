@@ -196,7 +196,8 @@ struct hc_cq {
 	struct hc_channel *channel;
 	struct hc_qp *cur_qp; /* the QP of the last CQE (cleared when it is destroyed) */
 	struct ibv_wc cur;    /* ibv_cq_ex polling: the current completion */
-	int ex; /* created with ibv_create_cq_ex */
+	int ex;		/* created with ibv_create_cq_ex */
+	unsigned empty; /* polls in a row that found nothing */
 };
 
 struct hc_qp {
