@@ -100,6 +100,7 @@ struct region {
 	uint8_t log_page;
 	int refs;
 	int forked; /* on private memory while fork() runs */
+	int stale;  /* its pages are no longer its own: out of the list */
 	struct rmap *maps;
 	struct region *next;
 };
@@ -405,6 +406,11 @@ static void region_put(struct region *r)
 {
 	if (--r->refs > 0)
 		return;
+	if (r->stale) {
+		close(r->fd);
+		free(r);
+		return;
+	}
 	for (struct region **p = &regions; *p; p = &(*p)->next)
 		if (*p == r) {
 			*p = r->next;
@@ -484,9 +490,43 @@ static struct region *find_region(uintptr_t a)
 
 /* cover makes every page of [s, e) part of a region and returns them in
  * address order. Called with regions_mu held. */
+/* drop_stale unlinks the regions over [s, e) whose pages are no longer
+ * theirs: the program unmapped or replaced them (while an MR was still
+ * registered, or after a context closed with MRs registered). Their
+ * holders still release them; new registrations get regions of their
+ * own. Called with regions_mu held. */
+static void drop_stale(uintptr_t s, uintptr_t e)
+{
+	struct vma *v;
+	size_t n;
+	if (read_vmas(s, e, &v, &n))
+		return;
+	for (struct region **p = &regions; *p;) {
+		struct region *r = *p;
+		uintptr_t a = r->start > s ? r->start : s, b = r->end < e ? r->end : e;
+		int ours = a >= b || covered(v, n, a, b);
+		for (size_t i = 0; ours && a < b && i < n; i++) {
+			if (v[i].end <= a || v[i].start >= b)
+				continue;
+			uintptr_t from = v[i].start > r->start ? v[i].start : r->start;
+			if (v[i].ino != r->ino || v[i].dev != r->dev || v[i].off + (from - v[i].start) != r->pad + (from - r->start))
+				ours = 0;
+		}
+		if (ours) {
+			p = &r->next;
+			continue;
+		}
+		*p = r->next;
+		r->next = NULL;
+		r->stale = 1;
+	}
+	free(v);
+}
+
 static int cover(uintptr_t s, uintptr_t e, struct region ***out, size_t *nout)
 {
 	size_t cap = 4, n = 0;
+	drop_stale(s, e);
 	struct region **list = malloc(cap * sizeof *list);
 	if (!list)
 		return ENOMEM;

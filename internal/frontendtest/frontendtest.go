@@ -130,8 +130,8 @@ func Env(lib, sock string) []string {
 // Proc is a program started with Start.
 type Proc struct {
 	Cmd  *exec.Cmd
-	Out  *bytes.Buffer // stdout and stderr
-	done chan error
+	out  *syncBuffer   // stdout and stderr
+	done chan struct{} // closed once the program has exited; then err is set
 	err  error
 }
 
@@ -152,13 +152,15 @@ func Start(ctx context.Context, t testing.TB, lib, sock string, name string, arg
 	t.Helper()
 	cmd := exec.CommandContext(ctx, name, args...)
 	cmd.Env = Env(lib, sock)
-	p := &Proc{Cmd: cmd, Out: &bytes.Buffer{}, done: make(chan error, 1)}
-	w := &syncBuffer{b: p.Out}
-	cmd.Stdout, cmd.Stderr = w, w
+	p := &Proc{Cmd: cmd, out: &syncBuffer{b: &bytes.Buffer{}}, done: make(chan struct{})}
+	cmd.Stdout, cmd.Stderr = p.out, p.out
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start %s: %v", name, err)
 	}
-	go func() { p.done <- cmd.Wait() }()
+	go func() {
+		p.err = cmd.Wait()
+		close(p.done)
+	}()
 	t.Cleanup(func() {
 		cmd.Process.Kill()
 		p.Wait()
@@ -168,16 +170,25 @@ func Start(ctx context.Context, t testing.TB, lib, sock string, name string, arg
 
 // Wait waits for the program and returns its exit error.
 func (p *Proc) Wait() error {
-	if p.done != nil {
-		p.err = <-p.done
-		p.done = nil
-	}
+	<-p.done
 	return p.err
+}
+
+// Exited reports whether the program has exited.
+func (p *Proc) Exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
 }
 
 // Output returns what the program wrote so far.
 func (p *Proc) Output() string {
-	return p.Out.String()
+	p.out.mu.Lock()
+	defer p.out.mu.Unlock()
+	return p.out.b.String()
 }
 
 // Run runs a program to its end with a timeout and returns its output; the
@@ -243,7 +254,7 @@ func WaitListening(t testing.TB, p *Proc, port int, timeout time.Duration) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for !Listening(port) {
-		if p.Cmd.ProcessState != nil || time.Now().After(deadline) {
+		if p.Exited() || time.Now().After(deadline) {
 			t.Fatalf("%s did not listen on port %d within %v:\n%s", p.Cmd.Path, port, timeout, p.Output())
 		}
 		time.Sleep(10 * time.Millisecond)

@@ -190,6 +190,26 @@ static void registration(void)
 		      "status %d", st);
 		ibv_dereg_mr(mo);
 	}
+	/* Memory the program unmapped and mapped anew while an MR was still
+	 * registered over it: a new registration sees the new pages. */
+	char *m1 = mmap(NULL, 8192, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	struct ibv_mr *r1 = ibv_reg_mr(pd, m1, 8192, rw);
+	munmap(m1, 8192);
+	char *m2 = mmap(m1, 8192, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+	memset(m2, 'n', 8192);
+	struct ibv_mr *r2 = ibv_reg_mr(pd, m2, 8192, rw);
+	st = r1 && r2 ? write_wait(&a, r2->lkey, m2 + 100, 16, md->rkey, dst) : -3;
+	CHECK("registration over replaced memory", st == IBV_WC_SUCCESS && dst[0] == 'n' && dst[15] == 'n', "status %d, %c",
+	      st, dst[0]);
+	if (r1)
+		ibv_dereg_mr(r1);
+	if (r2)
+		ibv_dereg_mr(r2);
+	CHECK("replaced memory left alone", m2[0] == 'n' && m2[8191] == 'n', "%c", m2[0]);
+	munmap(m2, 8192);
+	memcpy(src, "written through the device", 27);
+	write_wait(&a, ms->lkey, src, 27, md->rkey, dst);
+
 	/* Fork: the child gets a copy of registered memory; the parent's stays
 	 * registered. */
 	fflush(stdout);
