@@ -28,8 +28,10 @@ static uint8_t *next_cqe(struct hc_cq *cq)
 static int to_wc(struct hc_cq *cq, const uint8_t *e, struct ibv_wc *wc)
 {
 	int op = e[63] >> 4;
-	if (op == HC_CQE_SIG_ERR)
+	if (op == HC_CQE_SIG_ERR) {
+		hc_dv_sig_err(cq->ctx, e); /* recorded on the mkey for mlx5dv_mkey_check, not a completion */
 		return 0;
+	}
 	uint32_t qpn = hc_get32(e + 56) & 0xFFFFFF;
 	struct hc_qp *qp = cq->cur_qp && cq->cur_qp->qpx.qp_base.qp_num == qpn ? cq->cur_qp : hc_find_qp(cq->ctx, qpn);
 	if (!qp)
@@ -232,7 +234,7 @@ static struct hc_cq *create_cq(struct ibv_context *c, int cqe, void *cq_context,
 	err = hc_cmd(ctx, in, sizeof in, out, sizeof out, NULL);
 	if (!err) {
 		cq->cqn = hc_get32(out + 8) & 0xFFFFFF;
-		err = hc_table_put(ctx, 0, cq->cqn, cq);
+		err = hc_table_put(ctx, HC_TAB_CQ, cq->cqn, cq);
 	}
 	if (err) {
 		hc_dma_free(ctx, &cq->mem);

@@ -196,6 +196,7 @@ HC_EXPORT int ibv_close_device(struct ibv_context *c)
 	}
 	free(ctx->cqs);
 	free(ctx->qps);
+	free(ctx->mkeys);
 	free(ctx);
 	return 0;
 }
@@ -510,11 +511,11 @@ HC_EXPORT void ibv_ack_async_event(struct ibv_async_event *ev) { (void)ev; }
 /* Object tables: CQs and QPs by number, for events and completions. The
  * numbers are small (the device hands them out from a low base), so a
  * table indexed by number grows as needed. */
-int hc_table_put(struct hc_context *ctx, int qp, uint32_t num, void *obj)
+int hc_table_put(struct hc_context *ctx, int kind, uint32_t num, void *obj)
 {
 	pthread_mutex_lock(&ctx->obj_mu);
-	void ***tab = qp ? (void ***)&ctx->qps : (void ***)&ctx->cqs;
-	size_t *n = qp ? &ctx->nqps : &ctx->ncqs;
+	void ***tab = kind == HC_TAB_QP ? (void ***)&ctx->qps : kind == HC_TAB_CQ ? (void ***)&ctx->cqs : (void ***)&ctx->mkeys;
+	size_t *n = kind == HC_TAB_QP ? &ctx->nqps : kind == HC_TAB_CQ ? &ctx->ncqs : &ctx->nmkeys;
 	if (num >= *n) {
 		size_t nn = *n ? *n : 64;
 		while (nn <= num)
@@ -533,7 +534,15 @@ int hc_table_put(struct hc_context *ctx, int qp, uint32_t num, void *obj)
 	return 0;
 }
 
-void hc_table_del(struct hc_context *ctx, int qp, uint32_t num) { hc_table_put(ctx, qp, num, NULL); }
+void hc_table_del(struct hc_context *ctx, int kind, uint32_t num) { hc_table_put(ctx, kind, num, NULL); }
+
+struct hc_mkey *hc_find_mkey(struct hc_context *ctx, uint32_t index)
+{
+	pthread_mutex_lock(&ctx->obj_mu);
+	struct hc_mkey *m = index < ctx->nmkeys ? ctx->mkeys[index] : NULL;
+	pthread_mutex_unlock(&ctx->obj_mu);
+	return m;
+}
 
 struct hc_cq *hc_find_cq(struct hc_context *ctx, uint32_t cqn)
 {

@@ -17,6 +17,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <infiniband/mlx5dv.h>
 #include <infiniband/verbs.h>
 
 #define HC_EXPORT __attribute__((visibility("default")))
@@ -131,6 +132,15 @@ struct hc_dma {
 
 struct hc_cq;
 struct hc_qp;
+struct hc_mkey;
+
+/* What mlx5dv_create_qp asks for beyond an RC QP. */
+struct hc_qp_dv {
+	size_t overhead;     /* the bytes a WQE needs before its data (0: the default) */
+	int integrity;	     /* signature WQEs: the device's integrity QP flag */
+	uint64_t ops;	     /* MLX5DV_QP_EX_WITH_* */
+	uint32_t create_flags; /* MLX5DV_QP_CREATE_* */
+};
 
 /* A queued asynchronous event. */
 struct hc_async {
@@ -163,6 +173,8 @@ struct hc_context {
 	size_t ncqs;
 	struct hc_qp **qps;
 	size_t nqps;
+	struct hc_mkey **mkeys; /* mlx5dv mkeys by index, for SIG_ERR CQEs */
+	size_t nmkeys;
 
 	struct hc_async *async_head, *async_tail; /* under mu */
 	uint8_t variant; /* under obj_mu */
@@ -231,6 +243,7 @@ struct hc_qp {
 	/* The wr_* API: the WQE being built. */
 	int wr_err;
 	uint16_t wr_start_post;
+	uint8_t wr_start_fm;
 	int wr_open;
 	size_t wr_len; /* bytes of the WQE built in scratch */
 	uint8_t wr_opc;
@@ -238,6 +251,21 @@ struct hc_qp {
 	uint32_t wr_imm;
 	uint64_t wr_id_cur;
 	unsigned wr_flags_cur;
+
+	/* mlx5dv (mlx5dv.c): the ops, and the memory-key WQE being built. */
+	struct mlx5dv_qp_ex dv;
+	uint64_t dv_ops;
+	uint32_t dv_flags;
+	struct hc_mkey *mk; /* the key of the open mkey WQE; NULL if none */
+	int mk_setters, mk_want;
+	uint64_t mk_mask;
+	size_t mk_xlt; /* translation bytes in scratch, padded to 64 */
+	int mk_layout, mk_access_set, mk_sig_set;
+	uint64_t mk_len;
+	uint8_t mk_access;
+	uint8_t mk_bsf[64];
+	uint64_t mk_tsig_mem, mk_tsig_wire;
+	int mk_mem_type, mk_wire_type; /* the signature types the setter asked for */
 };
 
 static inline struct hc_qp *hc_qp(struct ibv_qp *q) { return (struct hc_qp *)q; }
@@ -276,8 +304,10 @@ void hc_dma_free(struct hc_context *ctx, struct hc_dma *d);
 void hc_mr_context_closed(struct hc_context *ctx);
 
 /* objects: tables by number */
-int hc_table_put(struct hc_context *ctx, int qp, uint32_t num, void *obj);
-void hc_table_del(struct hc_context *ctx, int qp, uint32_t num);
+enum { HC_TAB_CQ, HC_TAB_QP, HC_TAB_MKEY };
+int hc_table_put(struct hc_context *ctx, int kind, uint32_t num, void *obj);
+void hc_table_del(struct hc_context *ctx, int kind, uint32_t num);
+struct hc_mkey *hc_find_mkey(struct hc_context *ctx, uint32_t index);
 struct hc_cq *hc_find_cq(struct hc_context *ctx, uint32_t cqn);
 struct hc_qp *hc_find_qp(struct hc_context *ctx, uint32_t qpn);
 
@@ -291,10 +321,23 @@ void hc_cq_clean(struct hc_cq *cq, uint32_t qpn);
 int hc_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad);
 int hc_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad);
 struct ibv_qp *hc_create_qp_ex(struct ibv_context *c, struct ibv_qp_init_attr_ex *a);
+struct ibv_qp *hc_create_qp(struct ibv_context *c, struct ibv_qp_init_attr_ex *a, const struct hc_qp_dv *dv);
 void hc_send_done(struct hc_qp *qp, const uint8_t *cqe, struct ibv_wc *wc);
 void hc_recv_done(struct hc_qp *qp, const uint8_t *cqe, struct ibv_wc *wc);
 void hc_qp_saw_error(struct hc_qp *qp);
 int hc_umr_modify(struct ibv_pd *cur_pd, uint32_t key, int change_access, uint8_t access, struct ibv_pd *new_pd);
+
+/* qp.c, for mlx5dv.c */
+void hc_put_ctrl(struct hc_qp *qp, uint8_t opcode, size_t len, uint8_t fence, int signaled, int solicited,
+		 const uint8_t imm[4]);
+int hc_commit(struct hc_qp *qp, size_t len, uint64_t wr_id, uint8_t wcop, int local_op);
+uint8_t hc_fence(struct hc_qp *qp, int local_inv, int fenced);
+void hc_wr_close(struct hc_qp *qp);
+
+/* mlx5dv.c */
+void hc_dv_qp_init(struct hc_qp *qp, const struct hc_qp_dv *dv);
+void hc_dv_sig_err(struct hc_context *ctx, const uint8_t *cqe);
+int hc_dv_wr_close(struct hc_qp *qp);
 
 /* device.c */
 int hc_query_port(struct ibv_context *c, uint8_t port, struct ibv_port_attr *a, size_t len);

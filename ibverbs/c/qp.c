@@ -20,14 +20,15 @@ static uint8_t log2ceil(size_t n)
 	return l;
 }
 
-/* wqebbs_for returns the WQEBBs the largest WR of cap needs: a control,
- * a remote address and an atomic segment, then the SGEs or the inline
- * data (as hca/verbs sizes them). */
-static int wqebbs_for(const struct ibv_qp_cap *c)
+/* wqebbs_for returns the WQEBBs the largest WR of cap needs: overhead
+ * bytes (a control, a remote address and an atomic segment; more for
+ * mlx5dv's memory-key WQEs), then the SGEs or the inline data (as mlx5's
+ * provider sizes them). */
+static int wqebbs_for(const struct ibv_qp_cap *c, size_t overhead)
 {
 	size_t sges = (size_t)(c->max_send_sge ? c->max_send_sge : 1) * SEG;
 	size_t inl = (4 + (size_t)c->max_inline_data + 15) & ~(size_t)15;
-	size_t data = 3 * SEG + (sges > inl ? sges : inl);
+	size_t data = overhead + (sges > inl ? sges : inl);
 	size_t bb = (data + HC_WQEBB - 1) / HC_WQEBB;
 	if (bb < 2)
 		bb = 2; /* LOCAL_INV: control, UMR control and mkey context */
@@ -47,6 +48,13 @@ static void qp_free(struct hc_qp *qp)
 static void qpx_init(struct hc_qp *qp);
 
 struct ibv_qp *hc_create_qp_ex(struct ibv_context *c, struct ibv_qp_init_attr_ex *a)
+{
+	return hc_create_qp(c, a, NULL);
+}
+
+/* hc_create_qp creates an RC QP; dv, if not NULL, holds what
+ * mlx5dv_create_qp asked for beyond it. */
+struct ibv_qp *hc_create_qp(struct ibv_context *c, struct ibv_qp_init_attr_ex *a, const struct hc_qp_dv *dv)
 {
 	struct hc_context *ctx = hc_ctx(c);
 	const uint32_t known = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS | IBV_QP_INIT_ATTR_CREATE_FLAGS;
@@ -77,7 +85,8 @@ struct ibv_qp *hc_create_qp_ex(struct ibv_context *c, struct ibv_qp_init_attr_ex
 		errno = EINVAL;
 		return NULL;
 	}
-	int bb = wqebbs_for(&cap);
+	size_t overhead = dv && dv->overhead ? dv->overhead : 3 * SEG;
+	int bb = wqebbs_for(&cap, overhead);
 	uint8_t sq_log = log2ceil((size_t)(cap.max_send_wr ? cap.max_send_wr : 1) * (size_t)bb);
 	uint8_t rq_log = log2ceil(cap.max_recv_wr ? cap.max_recv_wr : 1);
 	uint8_t rq_shift = log2ceil((size_t)(cap.max_recv_sge ? cap.max_recv_sge : 1) * SEG);
@@ -116,7 +125,7 @@ struct ibv_qp *hc_create_qp_ex(struct ibv_context *c, struct ibv_qp_init_attr_ex
 	hc_put32(in + 8, a->pd->handle);
 	hc_put32(in + 12, hc_cq(a->send_cq)->cqn);
 	hc_put32(in + 16, hc_cq(a->recv_cq)->cqn);
-	hc_put32(in + 20, 2); /* DB_HINT */
+	hc_put32(in + 20, 2 | (dv && dv->integrity ? 1 : 0)); /* DB_HINT, integrity */
 	in[24] = sq_log;
 	in[25] = rq_log;
 	in[26] = rq_shift;
@@ -125,7 +134,7 @@ struct ibv_qp *hc_create_qp_ex(struct ibv_context *c, struct ibv_qp_init_attr_ex
 	hc_put64(in + 48, qp->mem.iova + sqb + rqb);
 	err = hc_cmd(ctx, in, sizeof in, out, sizeof out, NULL);
 	uint32_t qpn = hc_get32(out + 8) & 0xFFFFFF;
-	if (!err && (err = hc_table_put(ctx, 1, qpn, qp)) != 0) {
+	if (!err && (err = hc_table_put(ctx, HC_TAB_QP, qpn, qp)) != 0) {
 		uint8_t d[12];
 		hc_cmd_header(d, HC_CMD_DESTROY_QP);
 		hc_put32(d + 8, qpn);
@@ -149,7 +158,7 @@ struct ibv_qp *hc_create_qp_ex(struct ibv_context *c, struct ibv_qp_init_attr_ex
 	qp->cap.max_recv_sge = (1u << rq_shift) / SEG;
 	if (qp->cap.max_recv_sge > k->max_sge)
 		qp->cap.max_recv_sge = k->max_sge;
-	uint32_t inl = (uint32_t)(bb * HC_WQEBB - 2 * SEG - 4);
+	uint32_t inl = (uint32_t)(bb * HC_WQEBB - (dv && dv->overhead ? overhead : 2 * SEG) - 4);
 	qp->cap.max_inline_data = inl < k->max_inline ? inl : k->max_inline;
 	a->cap = qp->cap;
 	struct ibv_qp *q = &qp->qpx.qp_base;
@@ -170,6 +179,8 @@ struct ibv_qp *hc_create_qp_ex(struct ibv_context *c, struct ibv_qp_init_attr_ex
 	qpx_init(qp);
 	if (a->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS)
 		qp->qpx.comp_mask = a->send_ops_flags;
+	if (dv)
+		hc_dv_qp_init(qp, dv);
 	return q;
 }
 
@@ -197,7 +208,7 @@ HC_EXPORT int ibv_destroy_qp(struct ibv_qp *q)
 	int err = hc_cmd(ctx, in, sizeof in, out, sizeof out, NULL);
 	if (err && err != EIO)
 		return err;
-	hc_table_del(ctx, 1, q->qp_num);
+	hc_table_del(ctx, HC_TAB_QP, q->qp_num);
 	hc_cq_clean(qp->scq, q->qp_num);
 	if (qp->rcq != qp->scq)
 		hc_cq_clean(qp->rcq, q->qp_num);
@@ -424,16 +435,18 @@ void hc_qp_saw_error(struct hc_qp *qp) { qp->qpx.qp_base.state = IBV_QPS_ERR; }
 
 /* Building send WQEs. */
 
-/* get_fence is mlx5's: a fenced WR after a local key operation waits for
- * both; LOCAL_INV with IBV_SEND_FENCE gets strong ordering. */
+/* get_fence is rdma-core's mlx5 provider's: IBV_SEND_FENCE is
+ * MLX5_WQE_CTRL_FENCE (fence and initiator-small fence), otherwise the
+ * cached next fence (initiator-small after a local key operation);
+ * LOCAL_INV with IBV_SEND_FENCE gets strong ordering. */
 static uint8_t get_fence(struct hc_qp *qp, int local_inv, int fenced)
 {
 	if (local_inv && fenced)
 		return HC_FENCE_STRONG;
-	if (qp->fm_cache)
-		return fenced ? HC_FENCE_SMALL_AND : qp->fm_cache;
-	return fenced ? HC_FENCE : 0;
+	return fenced ? HC_FENCE_SMALL_AND : qp->fm_cache;
 }
+
+uint8_t hc_fence(struct hc_qp *qp, int local_inv, int fenced) { return get_fence(qp, local_inv, fenced); }
 
 /* put_ctrl writes the control segment of the WQE in scratch. */
 static void put_ctrl(struct hc_qp *qp, uint8_t opcode, size_t len, uint8_t fence, int signaled, int solicited,
@@ -468,6 +481,17 @@ static int commit(struct hc_qp *qp, size_t len, uint64_t wr_id, uint8_t wcop, in
 	qp->cur_post += (uint16_t)nbb;
 	qp->fm_cache = local_op ? HC_FENCE_SMALL : 0;
 	return 0;
+}
+
+void hc_put_ctrl(struct hc_qp *qp, uint8_t opcode, size_t len, uint8_t fence, int signaled, int solicited,
+		 const uint8_t imm[4])
+{
+	put_ctrl(qp, opcode, len, fence, signaled, solicited, imm);
+}
+
+int hc_commit(struct hc_qp *qp, size_t len, uint64_t wr_id, uint8_t wcop, int local_op)
+{
+	return commit(qp, len, wr_id, wcop, local_op);
 }
 
 static size_t put_raddr(uint8_t *p, uint64_t addr, uint32_t rkey)
@@ -775,11 +799,14 @@ static void wr_close(struct hc_qp *qp)
 		qp->wr_err = err;
 }
 
+void hc_wr_close(struct hc_qp *qp) { wr_close(qp); }
+
 /* wr_open starts a WQE of the given opcode; imm is in wire order. */
 static struct hc_qp *wr_open(struct ibv_qp_ex *x, uint8_t opc, uint8_t wcop, uint32_t imm_wire)
 {
 	struct hc_qp *qp = qpx_qp(x);
 	wr_close(qp);
+	hc_dv_wr_close(qp);
 	qp->wr_open = 1;
 	qp->wr_opc = opc;
 	qp->wr_wcop = wcop;
@@ -957,17 +984,22 @@ static void x_start(struct ibv_qp_ex *x)
 	pthread_mutex_lock(&qp->smu);
 	qp->wr_err = can_post_send(x->qp_base.state) ? 0 : EINVAL;
 	qp->wr_open = 0;
+	qp->mk = NULL;
 	qp->wr_start_post = qp->cur_post;
+	qp->wr_start_fm = qp->fm_cache;
 }
 
 static int x_complete(struct ibv_qp_ex *x)
 {
 	struct hc_qp *qp = qpx_qp(x);
 	wr_close(qp);
+	hc_dv_wr_close(qp);
 	int err = qp->wr_err;
 	uint16_t cur = qp->cur_post;
-	if (err)
+	if (err) {
 		qp->cur_post = qp->wr_start_post; /* the whole batch is dropped */
+		qp->fm_cache = qp->wr_start_fm;
+	}
 	int posted = !err && cur != qp->wr_start_post;
 	pthread_mutex_unlock(&qp->smu);
 	if (posted)
@@ -979,7 +1011,9 @@ static void x_abort(struct ibv_qp_ex *x)
 {
 	struct hc_qp *qp = qpx_qp(x);
 	qp->wr_open = 0;
+	qp->mk = NULL;
 	qp->cur_post = qp->wr_start_post;
+	qp->fm_cache = qp->wr_start_fm;
 	pthread_mutex_unlock(&qp->smu);
 }
 
