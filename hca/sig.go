@@ -13,6 +13,7 @@ import (
 type sigAccess struct {
 	sig    *psv.Sig
 	first  uint64 // the key's block the access starts at
+	wlen   uint64 // the access's wire-domain length
 	toWire bool   // data leaves memory (a gather) or enters it (a scatter)
 	fn     *Func
 	key    klm.Key
@@ -123,7 +124,7 @@ func (qp *QP) resolveKey(segs [][]byte, key klm.Key, addr, n uint64, need klm.Ac
 	if err != nil {
 		return segs, nil, err
 	}
-	return segs, &sigAccess{sig: sig, first: woff / sig.WireBlock(), toWire: toWire, fn: qp.fn, key: key, expect: m.ExpectedSigErr, qp: qp}, nil
+	return segs, &sigAccess{sig: sig, first: woff / sig.WireBlock(), wlen: n, toWire: toWire, fn: qp.fn, key: key, expect: m.ExpectedSigErr, qp: qp}, nil
 }
 
 // moveData moves a message from src to dst segments, through the
@@ -138,7 +139,7 @@ func (qp *QP) moveData(req *QP, dst [][]byte, dsig *sigAccess, src [][]byte, ssi
 			n += uint64(len(s))
 		}
 		if ssig != nil {
-			n = n / ssig.sig.MemBlock() * ssig.sig.WireBlock()
+			n = ssig.wlen
 		}
 		wire := make([]byte, n)
 		if ssig != nil {
@@ -163,11 +164,7 @@ func (qp *QP) moveData(req *QP, dst [][]byte, dsig *sigAccess, src [][]byte, ssi
 		dsig.run(dst, src)
 	default:
 		// Memory to wire into a bounce buffer, then wire to memory.
-		n := uint64(0)
-		for _, s := range src {
-			n += uint64(len(s))
-		}
-		wire := make([]byte, n/ssig.sig.MemBlock()*ssig.sig.WireBlock())
+		wire := make([]byte, ssig.wlen)
 		ssig.run([][]byte{wire}, src)
 		dsig.run(dst, [][]byte{wire})
 	}

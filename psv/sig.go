@@ -142,14 +142,30 @@ func (s *Sig) ErrOffset(toWire bool, first, blk uint64) uint64 {
 
 // MemRange maps a wire-domain range of the signature key (the addresses
 // RDMA operations use) to the memory-domain range its translation holds.
-// The range must start on a unit boundary and cover whole units.
+// The range must start on a unit boundary. It covers whole units, or ends
+// inside its last one when a unit is one block of each domain with PI (no
+// re-blocking): the tail carries what data it covers, and the PI bytes of
+// both domains it reaches, and its block's PI goes unchecked (a 512-byte
+// SEND through a key that inserts PI on the wire moves the block's data
+// without its tuple, as rdma-core's mlx5 tests expect).
 func (s *Sig) MemRange(woff, wlen uint64) (uint64, uint64, error) {
-	wb := s.WireBlock()
-	if woff%wb != 0 || wlen%wb != 0 {
+	wb, mb := s.WireBlock(), s.MemBlock()
+	if woff%wb != 0 {
 		return 0, 0, fmt.Errorf("wire range %#x+%#x in blocks of %d: %w", woff, wlen, wb, ErrUnaligned)
 	}
-	mb := s.MemBlock()
-	return woff / wb * mb, wlen / wb * mb, nil
+	tail := wlen % wb
+	mlen := wlen / wb * mb
+	if tail != 0 {
+		if (s.Mem.HasPI() && s.Mem.Interval != s.Unit) || (s.Wire.HasPI() && s.Wire.Interval != s.Unit) {
+			return 0, 0, fmt.Errorf("wire range %#x+%#x in re-blocked units of %d: %w", woff, wlen, wb, ErrUnaligned)
+		}
+		data := min(tail, uint64(s.Unit))
+		mlen += data
+		if s.Mem.HasPI() {
+			mlen += tail - data // the tuple bytes the wire tail reaches (none when the wire has no PI)
+		}
+	}
+	return woff / wb * mb, mlen, nil
 }
 
 // Config returns the transform for data leaving memory (toWire: a gather

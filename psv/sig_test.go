@@ -120,8 +120,27 @@ func TestDecodeRecipes(t *testing.T) {
 			if _, _, err := s.MemRange(1, s.WireBlock()); !errors.Is(err, ErrUnaligned) {
 				t.Errorf("unaligned range: %v", err)
 			}
-			if _, _, err := s.MemRange(0, s.WireBlock()+1); !errors.Is(err, ErrUnaligned) {
-				t.Errorf("partial unit: %v", err)
+			// A range ending inside its last unit: refused when the HCA
+			// re-blocks, else the tail's data (and tuple bytes) only.
+			reblock := (s.Mem.HasPI() && s.Mem.Interval != s.Unit) || (s.Wire.HasPI() && s.Wire.Interval != s.Unit)
+			for _, tail := range []uint64{1, uint64(s.Unit) - 1, uint64(s.Unit), s.WireBlock() - 1} {
+				if tail == 0 || tail >= s.WireBlock() {
+					continue
+				}
+				_, ml, err := s.MemRange(0, s.WireBlock()+tail)
+				if reblock {
+					if !errors.Is(err, ErrUnaligned) {
+						t.Errorf("partial re-blocked unit: %v", err)
+					}
+					continue
+				}
+				want := s.MemBlock() + min(tail, uint64(s.Unit))
+				if s.Mem.HasPI() {
+					want += tail - min(tail, uint64(s.Unit))
+				}
+				if err != nil || ml != want {
+					t.Errorf("unit + %d wire bytes: memory %d (%v), want %d", tail, ml, err, want)
+				}
 			}
 		})
 	}
