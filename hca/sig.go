@@ -223,14 +223,27 @@ func (sa *sigAccess) report(e *t10dif.Error) {
 	if sa.toWire {
 		s.Domain = 1 // the memory domain was the input
 	}
-	switch e.Type {
-	case t10dif.ErrorGuard:
+	in := sa.sig.Wire
+	if sa.toWire {
+		in = sa.sig.Mem
+	}
+	switch {
+	case e.Type == t10dif.ErrorGuard && in.Format == t10dif.FormatCRC32:
+		// A 32-bit CRC fills the transient signature (rdma-core reads it
+		// as the high word of trans_sig<<32 | ref_tag).
+		s.Syndrome = cq.SigErrGuard
+		s.ExpectedTransSig, s.ActualTransSig = uint32(e.Expected), uint32(e.Actual)
+	case e.Type == t10dif.ErrorGuard && in.Format == t10dif.FormatCRC64:
+		s.Syndrome = cq.SigErrGuard
+		s.ExpectedTransSig, s.ActualTransSig = uint32(e.Expected>>32), uint32(e.Actual>>32)
+		s.ExpectedRefTag, s.ActualRefTag = uint32(e.Expected), uint32(e.Actual)
+	case e.Type == t10dif.ErrorGuard:
 		s.Syndrome = cq.SigErrGuard
 		s.ExpectedTransSig, s.ActualTransSig = uint32(e.Expected)<<16, uint32(e.Actual)<<16
-	case t10dif.ErrorAppTag:
+	case e.Type == t10dif.ErrorAppTag:
 		s.Syndrome = cq.SigErrAppTag
 		s.ExpectedTransSig, s.ActualTransSig = uint32(e.Expected), uint32(e.Actual)
-	case t10dif.ErrorRefTag:
+	case e.Type == t10dif.ErrorRefTag:
 		s.Syndrome = cq.SigErrRefTag
 		s.ExpectedRefTag, s.ActualRefTag = uint32(e.Expected), uint32(e.Actual)
 	}

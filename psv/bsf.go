@@ -27,6 +27,19 @@ const (
 	SigTypeIPCS = 2 // IP checksum guard (MLX5_DIF_IPCS)
 )
 
+// CRC block format selectors (the bfs byte of w_bfs_psv and m_bfs_psv,
+// bits 7:4; rdma-core's mlx5_umr_crc_bfs), for mlx5dv's CRC block
+// signatures. A T10-DIF domain has bfs 0 (its type is in the inline
+// section).
+const (
+	BFSCRC32     = 0x20
+	BFSCRC32C    = 0x40
+	BFSCRC64XP10 = 0x50
+	BFSRepeat    = 0x02 // always set by rdma-core
+	BFSSeedZero  = 0x01 // the CRC register starts at 0 (else all ones)
+	bfsTypeMask  = 0xF0
+)
+
 // Escape codes (dif_inc_ref_guard_check bits 1:0).
 const (
 	EscapeNone   = 0

@@ -28,16 +28,36 @@ type Sig struct {
 	Unit int
 }
 
-// pi8 is the tuple size mlx5 signature domains carry.
-const pi8 = 8
-
-func domain(sel uint8, in InlineFields, seed uint16) (t10dif.Domain, error) {
+// domain decodes one domain of a BSF: its block-size selector, its inline
+// section (T10-DIF) or its block format selector (a CRC block signature),
+// and the guard seed of its PSV (T10-DIF; a CRC's seed is in the bfs).
+func domain(sel, bfs uint8, in InlineFields, seed uint16) (t10dif.Domain, error) {
 	if sel == 0 {
 		return t10dif.Domain{}, nil
 	}
 	iv, ok := BlockSize(sel)
 	if !ok {
 		return t10dif.Domain{}, fmt.Errorf("block size selector %d: %w", sel, ErrBadBSF)
+	}
+	if bfs != 0 {
+		d := t10dif.Domain{Interval: iv}
+		switch bfs & bfsTypeMask {
+		case BFSCRC32:
+			d.Format, d.Guard = t10dif.FormatCRC32, t10dif.GuardCRC32
+		case BFSCRC32C:
+			d.Format, d.Guard = t10dif.FormatCRC32, t10dif.GuardCRC32C
+		case BFSCRC64XP10:
+			d.Format, d.Guard = t10dif.FormatCRC64, t10dif.GuardCRC64XP10
+		default:
+			return t10dif.Domain{}, fmt.Errorf("block format selector %#x: %w", bfs, ErrBadBSF)
+		}
+		if bfs&BFSSeedZero == 0 {
+			d.Seed = 1<<(8*d.Format.TupleSize()) - 1
+			if d.Format == t10dif.FormatCRC64 {
+				d.Seed = ^uint64(0)
+			}
+		}
+		return d, nil
 	}
 	d := t10dif.Domain{Format: t10dif.FormatPI8, Type: t10dif.Type1, Interval: iv, RefTag: uint64(in.RefTag),
 		AppTag: in.AppTag, AppTagMask: in.AppTagMask, Seed: uint64(seed), Ref: t10dif.RefConstant}
@@ -80,10 +100,10 @@ func Decode(bsf []byte, memSeed, wireSeed uint16) (*Sig, error) {
 		s.Copy = t10dif.CheckMask(f.WireByte)
 	}
 	var err error
-	if s.Mem, err = domain(f.MemSelector, f.Mem, memSeed); err != nil {
+	if s.Mem, err = domain(f.MemSelector, f.MemBFS, f.Mem, memSeed); err != nil {
 		return nil, fmt.Errorf("memory domain: %w", err)
 	}
-	if s.Wire, err = domain(wireSel, f.Wire, wireSeed); err != nil {
+	if s.Wire, err = domain(wireSel, f.WireBFS, f.Wire, wireSeed); err != nil {
 		return nil, fmt.Errorf("wire domain: %w", err)
 	}
 	switch {
@@ -96,7 +116,7 @@ func Decode(bsf []byte, memSeed, wireSeed uint16) (*Sig, error) {
 	default:
 		return nil, fmt.Errorf("neither domain has PI: %w", ErrBadBSF)
 	}
-	if s.Copy != 0 && !(s.Mem.HasPI() && s.Wire.HasPI() && s.Mem.Interval == s.Wire.Interval) {
+	if s.Copy != 0 && !(s.Mem.HasPI() && s.Wire.HasPI() && s.Mem.Interval == s.Wire.Interval && s.Mem.Format == s.Wire.Format) {
 		s.Copy = 0 // copying tuple bytes needs one block structure
 	}
 	return s, nil
@@ -113,7 +133,7 @@ func lcm(a, b int) int {
 // unitSize returns the bytes one unit of u data bytes takes in domain d.
 func unitSize(d *t10dif.Domain, u int) uint64 {
 	if d.HasPI() {
-		return uint64(u + u/d.Interval*pi8)
+		return uint64(u + u/d.Interval*d.Meta())
 	}
 	return uint64(u)
 }
@@ -127,7 +147,8 @@ func (s *Sig) WireBlock() uint64 { return unitSize(&s.Wire, s.Unit) }
 // error in block blk (counted from the access's start) of the input
 // domain of an access that starts at unit first: the failing block's
 // index from the key's start times its interval plus 8, the figure ULPs
-// divide by interval + 8 to find the failing sector.
+// divide by interval + 8 to find the failing sector (plus the domain's own
+// signature size for a CRC block signature).
 func (s *Sig) ErrOffset(toWire bool, first, blk uint64) uint64 {
 	in := &s.Wire
 	if toWire {
@@ -137,7 +158,11 @@ func (s *Sig) ErrOffset(toWire bool, first, blk uint64) uint64 {
 	if in.HasPI() {
 		iv = uint64(in.Interval)
 	}
-	return (first*uint64(s.Unit)/iv + blk) * (iv + pi8)
+	meta := uint64(8)
+	if in.Format.IsCRC() {
+		meta = uint64(in.Meta())
+	}
+	return (first*uint64(s.Unit)/iv + blk) * (iv + meta)
 }
 
 // MemRange maps a wire-domain range of the signature key (the addresses

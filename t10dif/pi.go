@@ -10,6 +10,12 @@ import (
 //
 //	FormatPI8  (T10 PI)                | guard 2 | app tag 2 | ref tag 4 |
 //	FormatPI16 (NVMe 64b guard, STS 0) | guard 8 | app tag 2 | ref tag 6 |
+//	FormatCRC32 (block CRC, mlx5dv)    | CRC 4 |
+//	FormatCRC64 (block CRC, mlx5dv)    | CRC 8 |
+//
+// The CRC formats are mlx5dv's CRC block signatures (MLX5DV_SIG_TYPE_CRC):
+// a CRC of each block's data after it, no tags. They have no protection
+// type, reference or application tag, and no escapes.
 type Format uint8
 
 // Formats. The zero value, FormatNone, is a domain without PI: plain data.
@@ -17,6 +23,8 @@ const (
 	FormatNone Format = iota
 	FormatPI8
 	FormatPI16
+	FormatCRC32
+	FormatCRC64
 	numFormats
 )
 
@@ -28,8 +36,27 @@ func (f Format) TupleSize() int {
 		return 8
 	case FormatPI16:
 		return 16
+	case FormatCRC32:
+		return 4
+	case FormatCRC64:
+		return 8
 	}
 	return 0
+}
+
+// IsCRC reports whether the format is a CRC block signature (a guard, no
+// tags).
+func (f Format) IsCRC() bool { return f == FormatCRC32 || f == FormatCRC64 }
+
+// GuardMask returns the check-mask bits of the format's guard bytes.
+func (f Format) GuardMask() CheckMask {
+	switch f {
+	case FormatCRC32:
+		return 0xF0
+	case FormatCRC64:
+		return 0xFF
+	}
+	return CheckGuard
 }
 
 // RefTagMax returns the largest reference tag the format holds.
@@ -43,7 +70,8 @@ func (f Format) RefTagMax() uint64 {
 	return 0
 }
 
-// String returns the format's name as the vectors spell it: none, pi8, pi16.
+// String returns the format's name as the vectors spell it: none, pi8,
+// pi16, crc32, crc64.
 func (f Format) String() string {
 	switch f {
 	case FormatNone:
@@ -52,6 +80,10 @@ func (f Format) String() string {
 		return "pi8"
 	case FormatPI16:
 		return "pi16"
+	case FormatCRC32:
+		return "crc32"
+	case FormatCRC64:
+		return "crc64"
 	}
 	return fmt.Sprintf("Format(%d)", uint8(f))
 }
@@ -60,16 +92,31 @@ func (f Format) String() string {
 type GuardType uint8
 
 // Guard types. The zero value, GuardDefault, means the format's own guard:
-// CRC-16/T10-DIF for FormatPI8, CRC-64/NVME for FormatPI16.
+// CRC-16/T10-DIF for FormatPI8, CRC-64/NVME for FormatPI16, CRC-32 for
+// FormatCRC32, CRC-64/XP10 for FormatCRC64.
+//
+// The mlx5dv CRC block signatures' parameters are not public; hcasim
+// takes the standard reflected CRCs of hash/crc32 and hash/crc64, with the
+// domain's Seed as the register's initial value and the final ones'
+// complement (Seed all ones gives the usual CRC: CRC-32 check value
+// 0xCBF43926, CRC-32C 0xE3069283, CRC-64/XZ 0x995DC9BBDF1939FA):
+//   - GuardCRC32: CRC-32 (the IEEE / FC-PH polynomial 0x04C11DB7);
+//   - GuardCRC32C: CRC-32C (Castagnoli, iSCSI);
+//   - GuardCRC64XP10: CRC-64/XZ (ECMA-182 polynomial), standing in for
+//     mlx5's CRC64_XP10.
 const (
 	GuardDefault    GuardType = iota
 	GuardCRC16                // CRC-16/T10-DIF (pi8)
 	GuardIPChecksum           // IP checksum, Linux t10_pi_ip_fn (pi8)
 	GuardCRC64NVMe            // CRC-64/NVME (pi16)
+	GuardCRC32                // CRC-32 (crc32)
+	GuardCRC32C               // CRC-32C (crc32)
+	GuardCRC64XP10            // CRC-64/XZ for mlx5's CRC64_XP10 (crc64)
 	numGuards
 )
 
-// String returns the guard's name as the vectors spell it: crc16, ipcsum, crc64.
+// String returns the guard's name as the vectors spell it: crc16, ipcsum,
+// crc64, crc32, crc32c, crc64xp10.
 func (g GuardType) String() string {
 	switch g {
 	case GuardDefault:
@@ -80,6 +127,12 @@ func (g GuardType) String() string {
 		return "ipcsum"
 	case GuardCRC64NVMe:
 		return "crc64"
+	case GuardCRC32:
+		return "crc32"
+	case GuardCRC32C:
+		return "crc32c"
+	case GuardCRC64XP10:
+		return "crc64xp10"
 	}
 	return fmt.Sprintf("GuardType(%d)", uint8(g))
 }
@@ -194,7 +247,9 @@ type Domain struct {
 	// Escape is the rule that exempts a block from checking.
 	Escape Escape
 	// Seed is the guard's initial value: the CRC-16 register, the previous
-	// CRC-64 (hash/crc64 convention) or an initial IP-checksum sum.
+	// CRC-64 (hash/crc64 convention) or an initial IP-checksum sum; for
+	// the CRC formats the CRC register's initial value (0 or all ones in
+	// mlx5).
 	Seed uint64
 }
 
@@ -386,10 +441,19 @@ func (d Domain) compile() (side, error) {
 		s.guard = GuardCRC16
 	case s.guard == GuardDefault && d.Format == FormatPI16:
 		s.guard = GuardCRC64NVMe
+	case s.guard == GuardDefault && d.Format == FormatCRC32:
+		s.guard = GuardCRC32
+	case s.guard == GuardDefault && d.Format == FormatCRC64:
+		s.guard = GuardCRC64XP10
 	case s.guard >= numGuards,
-		d.Format == FormatPI8 && s.guard == GuardCRC64NVMe,
-		d.Format == FormatPI16 && s.guard != GuardCRC64NVMe:
+		d.Format == FormatPI8 && s.guard != GuardCRC16 && s.guard != GuardIPChecksum,
+		d.Format == FormatPI16 && s.guard != GuardCRC64NVMe,
+		d.Format == FormatCRC32 && s.guard != GuardCRC32 && s.guard != GuardCRC32C,
+		d.Format == FormatCRC64 && s.guard != GuardCRC64XP10:
 		return s, fmt.Errorf("guard %v with %v: %w", d.Guard, d.Format, ErrBadGuard)
+	}
+	if d.Format.IsCRC() {
+		return s, d.compileCRC(&s)
 	}
 	if d.Type < Type1 || d.Type > Type3 {
 		return s, fmt.Errorf("type %d: %w", d.Type, ErrBadType)
@@ -444,6 +508,36 @@ func (d Domain) compile() (side, error) {
 	return s, nil
 }
 
+// compileCRC compiles the rest of a CRC-format domain: a guard and no
+// tags, so no type, tags, reference rule or escape may be given.
+func (d Domain) compileCRC(s *side) error {
+	if d.Type != 0 || d.RefTag != 0 || d.AppTag != 0 || d.AppTagMask != 0 || d.Ref != RefDefault || d.Escape != EscapeDefault {
+		return fmt.Errorf("%v has no protection type, tags or escapes: %w", d.Format, ErrBadTag)
+	}
+	if d.Interval <= 0 || d.Interval%8 != 0 || d.Interval > MaxInterval {
+		return fmt.Errorf("interval %d for %v: %w", d.Interval, d.Format, ErrBadInterval)
+	}
+	s.interval = d.Interval
+	s.meta = d.Meta()
+	if s.meta < s.tuple || s.meta > MaxMetaSize {
+		return fmt.Errorf("metadata size %d for %v: %w", d.MetaSize, d.Format, ErrBadMetaSize)
+	}
+	if !d.PIFirst {
+		s.piOff = s.meta - s.tuple
+		s.prefix = s.piOff
+	}
+	s.separate = d.Separate
+	s.unit = d.Interval
+	if !d.Separate {
+		s.unit += s.meta
+	}
+	if d.Format == FormatCRC32 && d.Seed > 0xFFFFFFFF {
+		return fmt.Errorf("seed %#x for %v: %w", d.Seed, s.guard, ErrBadTag)
+	}
+	s.seed = d.Seed
+	return nil
+}
+
 // expectedRef returns the reference tag of block i.
 func (s *side) expectedRef(i uint64) uint64 {
 	if s.incr {
@@ -460,6 +554,12 @@ type tupleFields struct {
 }
 
 func (s *side) getTuple(t []byte) tupleFields {
+	switch s.format {
+	case FormatCRC32:
+		return tupleFields{guard: uint64(binary.BigEndian.Uint32(t))}
+	case FormatCRC64:
+		return tupleFields{guard: binary.BigEndian.Uint64(t)}
+	}
 	if s.format == FormatPI8 {
 		return tupleFields{
 			guard: uint64(binary.BigEndian.Uint16(t)),
@@ -475,6 +575,14 @@ func (s *side) getTuple(t []byte) tupleFields {
 }
 
 func (s *side) putTuple(t []byte, f tupleFields) {
+	switch s.format {
+	case FormatCRC32:
+		binary.BigEndian.PutUint32(t, uint32(f.guard))
+		return
+	case FormatCRC64:
+		binary.BigEndian.PutUint64(t, f.guard)
+		return
+	}
 	if s.format == FormatPI8 {
 		binary.BigEndian.PutUint16(t, uint16(f.guard))
 		binary.BigEndian.PutUint16(t[2:], f.app)
@@ -509,6 +617,10 @@ func fieldMasks(f Format, m CheckMask) (g uint64, a uint16, r uint64, ok bool) {
 		return v
 	}
 	switch f {
+	case FormatCRC32:
+		return bytes(7, 4), 0, 0, m&0x0F == 0
+	case FormatCRC64:
+		return bytes(7, 8), 0, 0, true
 	case FormatPI8:
 		return bytes(7, 2), uint16(bytes(5, 2)), bytes(3, 4), true
 	case FormatPI16:

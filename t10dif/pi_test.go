@@ -1425,7 +1425,7 @@ func TestParamValidation(t *testing.T) {
 		{"valid pi8", Config{In: ok, Check: CheckAll, Discard: true}, nil},
 		{"valid pi16", Config{Out: ok16}, nil},
 		{"plain copy", Config{}, nil},
-		{"bad format", Config{Out: with(ok, func(d *Domain) { d.Format = 3 })}, ErrBadFormat},
+		{"bad format", Config{Out: with(ok, func(d *Domain) { d.Format = numFormats })}, ErrBadFormat},
 		{"bad format 255", Config{In: with(ok, func(d *Domain) { d.Format = 255 })}, ErrBadFormat},
 		{"bad guard", Config{Out: with(ok, func(d *Domain) { d.Guard = 4 })}, ErrBadGuard},
 		{"crc64 on pi8", Config{Out: with(ok, func(d *Domain) { d.Guard = GuardCRC64NVMe })}, ErrBadGuard},

@@ -2,7 +2,11 @@ package t10dif
 
 import (
 	"fmt"
+	"hash/crc32"
+	"hash/crc64"
 )
+
+var crc64ECMA = crc64.MakeTable(crc64.ECMA)
 
 // plan is a validated Config with everything the data path derives from it.
 type plan struct {
@@ -61,7 +65,7 @@ func (p *plan) init(c *Config) error {
 	p.copyMeta = sameGeom && in.meta > in.tuple
 	p.outNeedsIn = sameGeom && (c.Copy != 0 || p.copyMeta)
 	if out.pi {
-		full, _, _, _ := fieldMasks(out.format, CheckGuard)
+		full, _, _, _ := fieldMasks(out.format, out.format.GuardMask())
 		if p.cpyG != full {
 			p.shareGuard = in.pi && in.interval == out.interval && in.guard == out.guard &&
 				in.seed == out.seed && in.prefix == out.prefix && (in.prefix == 0 || p.copyMeta)
@@ -92,6 +96,12 @@ type guardAcc struct {
 
 func (a *guardAcc) reset(kind GuardType, seed uint64) {
 	a.kind, a.v = kind, seed
+	switch kind {
+	case GuardCRC32, GuardCRC32C:
+		a.v = uint64(^uint32(seed)) // hash/crc32's convention: the register's complement
+	case GuardCRC64XP10:
+		a.v = ^seed
+	}
 	a.ip = ipSum{s: seed}
 }
 
@@ -103,6 +113,12 @@ func (a *guardAcc) update(p []byte) {
 		a.v = CRC64NVMe(a.v, p)
 	case GuardIPChecksum:
 		a.ip.update(p)
+	case GuardCRC32:
+		a.v = uint64(crc32.Update(uint32(a.v), crc32.IEEETable, p))
+	case GuardCRC32C:
+		a.v = uint64(CRC32C(uint32(a.v), p))
+	case GuardCRC64XP10:
+		a.v = crc64.Update(a.v, crc64ECMA, p)
 	}
 }
 
@@ -115,7 +131,7 @@ func (a *guardAcc) copyUpdate(dst, src []byte) {
 		a.v = copyCRC64NVMe(a.v, dst, src)
 	default:
 		copy(dst, src)
-		a.ip.update(src)
+		a.update(src)
 	}
 }
 

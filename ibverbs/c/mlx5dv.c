@@ -33,8 +33,9 @@
 #define OFF_MKC 64
 #define OFF_XLT 128
 
-/* A signature domain's type, as the provider keeps it. */
-enum { SIG_NONE, SIG_CRC, SIG_T10DIF };
+/* A signature domain's type, as the provider keeps it (a 64-bit CRC
+ * apart: mlx5dv_mkey_check reports its whole value). */
+enum { SIG_NONE, SIG_CRC, SIG_T10DIF, SIG_CRC64 };
 
 /* The signature configuration's state (the provider's mlx5_mkey_bsf_state). */
 enum { BSF_INIT, BSF_RESET, BSF_SET, BSF_UPDATED };
@@ -89,8 +90,10 @@ HC_EXPORT int mlx5dv_query_device(struct ibv_context *c, struct mlx5dv_context *
 			a->sig_caps.block_size = MLX5DV_BLOCK_SIZE_CAP_512 | MLX5DV_BLOCK_SIZE_CAP_520 |
 						 MLX5DV_BLOCK_SIZE_CAP_4048 | MLX5DV_BLOCK_SIZE_CAP_4096 |
 						 MLX5DV_BLOCK_SIZE_CAP_4160;
-			a->sig_caps.block_prot = MLX5DV_SIG_PROT_CAP_T10DIF;
+			a->sig_caps.block_prot = MLX5DV_SIG_PROT_CAP_T10DIF | MLX5DV_SIG_PROT_CAP_CRC;
 			a->sig_caps.t10dif_bg = MLX5DV_SIG_T10DIF_BG_CAP_CRC | MLX5DV_SIG_T10DIF_BG_CAP_CSUM;
+			a->sig_caps.crc_type = MLX5DV_SIG_CRC_TYPE_CAP_CRC32 | MLX5DV_SIG_CRC_TYPE_CAP_CRC32C |
+					       MLX5DV_SIG_CRC_TYPE_CAP_CRC64_XP10;
 		}
 	}
 	return 0;
@@ -328,8 +331,10 @@ HC_EXPORT int _mlx5dv_mkey_check(struct mlx5dv_mkey *dvm, struct mlx5dv_mkey_err
 		a = (a >> 32) & 0xFFFF;
 	} else {
 		out->err_type = MLX5DV_MKEY_SIG_BLOCK_BAD_GUARD;
-		x >>= type == SIG_T10DIF ? 48 : 32;
-		a >>= type == SIG_T10DIF ? 48 : 32;
+		if (type != SIG_CRC64) {
+			x >>= type == SIG_T10DIF ? 48 : 32;
+			a >>= type == SIG_T10DIF ? 48 : 32;
+		}
 	}
 	out->err.sig.expected_value = x;
 	out->err.sig.actual_value = a;
@@ -617,6 +622,8 @@ static int block_selector(uint32_t bs)
 	return -1;
 }
 
+static uint64_t put_t10dif(uint8_t *p, const struct mlx5dv_sig_t10dif *t);
+
 /* check_domain validates a domain; it returns an errno. */
 static int check_domain(const struct mlx5dv_sig_block_domain *d)
 {
@@ -648,9 +655,26 @@ static int check_domain(const struct mlx5dv_sig_block_domain *d)
 		default:
 			return EINVAL;
 		}
-		return EOPNOTSUPP; /* CRC block signatures: not modelled yet */
+		return 0;
 	}
 	return EINVAL;
+}
+
+/* put_domain writes a domain's BSF parts: its block format selector byte
+ * (returned through bfs: 0 for T10-DIF) and, for T10-DIF, its inline
+ * section; it returns the PSV's transient signature and sets the type. */
+static uint64_t put_domain(uint8_t *inl, const struct mlx5dv_sig_block_domain *d, uint8_t *bfs, int *type)
+{
+	if (d->sig_type == MLX5DV_SIG_TYPE_T10DIF) {
+		*bfs = 0;
+		*type = SIG_T10DIF;
+		return put_t10dif(inl, d->sig.dif);
+	}
+	const struct mlx5dv_sig_crc *c = d->sig.crc;
+	uint8_t base = c->type == MLX5DV_SIG_CRC_TYPE_CRC32 ? 0x20 : c->type == MLX5DV_SIG_CRC_TYPE_CRC32C ? 0x40 : 0x50;
+	*bfs = base | 0x02 | (c->seed == 0 ? 0x01 : 0); /* repeat; the seed bit means seed 0 */
+	*type = c->type == MLX5DV_SIG_CRC_TYPE_CRC64_XP10 ? SIG_CRC64 : SIG_CRC;
+	return c->type == MLX5DV_SIG_CRC_TYPE_CRC64_XP10 ? c->seed : c->seed << 32;
 }
 
 /* put_t10dif writes a domain's 16-byte inline BSF section and returns its
@@ -690,10 +714,12 @@ static void x_sig_block(struct mlx5dv_qp_ex *mqp, const struct mlx5dv_sig_block_
 	}
 	uint8_t *b = qp->mk_bsf;
 	memset(b, 0, 64);
-	/* Only T10-DIF domains get here (check_domain). */
+	/* The same block structure: one signature type and block size in both
+	 * domains; the copy mask it allows by default (rdma-core's
+	 * mlx5_umr_block_t10dif_sbs and mlx5_umr_block_crc_sbs). */
 	int sbs = a->mem && a->wire && a->mem->sig_type == a->wire->sig_type && a->mem->block_size == a->wire->block_size;
 	uint8_t copy = 0;
-	if (sbs) {
+	if (sbs && a->mem->sig_type == MLX5DV_SIG_TYPE_T10DIF) {
 		const struct mlx5dv_sig_t10dif *x = a->mem->sig.dif, *y = a->wire->sig.dif;
 		if (x->bg_type == y->bg_type && x->bg == y->bg)
 			copy |= 0xC0;
@@ -701,6 +727,12 @@ static void x_sig_block(struct mlx5dv_qp_ex *mqp, const struct mlx5dv_sig_block_
 			copy |= 0x30;
 		if (x->ref_tag == y->ref_tag)
 			copy |= 0x0F;
+	} else if (sbs) {
+		const struct mlx5dv_sig_crc *x = a->mem->sig.crc, *y = a->wire->sig.crc;
+		if (x->type != y->type)
+			sbs = 0;
+		else
+			copy = x->type == MLX5DV_SIG_CRC_TYPE_CRC64_XP10 ? 0xFF : 0xF0;
 	}
 	if (a->flags & MLX5DV_SIG_BLOCK_ATTR_FLAG_COPY_MASK) {
 		if (!sbs) {
@@ -715,15 +747,14 @@ static void x_sig_block(struct mlx5dv_qp_ex *mqp, const struct mlx5dv_sig_block_
 	b[3] = a->mem ? (uint8_t)block_selector(a->mem->block_size) : 0;
 	hc_put32(b + 4, 0xFFFFFFFF); /* raw_data_size */
 	qp->mk_mem_type = qp->mk_wire_type = SIG_NONE;
+	uint8_t bfs;
 	if (a->wire) {
-		hc_put32(b + 8, m->psv_wire & 0xFFFFFF);
-		qp->mk_tsig_wire = put_t10dif(b + 32, a->wire->sig.dif);
-		qp->mk_wire_type = SIG_T10DIF;
+		qp->mk_tsig_wire = put_domain(b + 32, a->wire, &bfs, &qp->mk_wire_type);
+		hc_put32(b + 8, (uint32_t)bfs << 24 | (m->psv_wire & 0xFFFFFF));
 	}
 	if (a->mem) {
-		hc_put32(b + 12, m->psv_mem & 0xFFFFFF);
-		qp->mk_tsig_mem = put_t10dif(b + 48, a->mem->sig.dif);
-		qp->mk_mem_type = SIG_T10DIF;
+		qp->mk_tsig_mem = put_domain(b + 48, a->mem, &bfs, &qp->mk_mem_type);
+		hc_put32(b + 12, (uint32_t)bfs << 24 | (m->psv_mem & 0xFFFFFF));
 	}
 	qp->mk_sig_set = 1;
 	setter_done(qp);
