@@ -139,7 +139,7 @@ func FuzzStreamSplits(f *testing.F) {
 // valid: every field may be out of range.
 func fuzzDomain(ch *byteChooser) Domain {
 	var d Domain
-	d.Format = Format(pick(ch, 0, 1, 2, 1, 2, 3, 255))
+	d.Format = Format(pick(ch, 0, 1, 2, 1, 2, 3, 4, 5, 255))
 	if d.Format == FormatNone && ch.intn(4) != 0 {
 		d.Separate = ch.intn(8) == 0
 		return d
@@ -156,6 +156,12 @@ func fuzzDomain(ch *byteChooser) Domain {
 	d.AppTagMask = uint16(ch.u64())
 	d.Escape = Escape(ch.intn(6))
 	d.Seed = pick(ch, 0, 0xFFFF, 0x10000, ^uint64(0), ch.u64())
+	if d.Format.IsCRC() && ch.intn(4) != 0 {
+		// Mostly valid CRC domains: no type, tags or escapes.
+		d.Type, d.RefTag, d.AppTag, d.AppTagMask, d.Ref, d.Escape = 0, 0, 0, 0, RefDefault, EscapeDefault
+		d.Guard = GuardType(pick(ch, 0, 4, 5, 6, 1))
+		d.Seed = pick(ch, 0, 0xFFFFFFFF, ^uint64(0), ch.u64())
+	}
 	return d
 }
 

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"hash/crc64"
 	"math/rand/v2"
 	"strings"
@@ -48,18 +49,20 @@ func mkSide(d Domain) mSide {
 	}
 	s := mSide{pi: true, format: d.Format, interval: d.Interval, separate: d.Separate,
 		refTag: d.RefTag, appTag: d.AppTag, appMask: d.AppTagMask, seed: d.Seed}
-	if d.Format == FormatPI8 {
+	switch d.Format {
+	case FormatPI8:
 		s.tuple, s.gl, s.refMax = 8, 2, 0xFFFFFFFF
-	} else {
+	case FormatPI16:
 		s.tuple, s.gl, s.refMax = 16, 8, 0xFFFFFFFFFFFF
+	case FormatCRC32:
+		s.tuple, s.gl = 4, 4
+	case FormatCRC64:
+		s.tuple, s.gl = 8, 8
 	}
 	s.guard = d.Guard
 	if s.guard == GuardDefault {
-		if d.Format == FormatPI8 {
-			s.guard = GuardCRC16
-		} else {
-			s.guard = GuardCRC64NVMe
-		}
+		s.guard = map[Format]GuardType{FormatPI8: GuardCRC16, FormatPI16: GuardCRC64NVMe, FormatCRC32: GuardCRC32,
+			FormatCRC64: GuardCRC64XP10}[d.Format]
 	}
 	s.meta = d.MetaSize
 	if s.meta == 0 {
@@ -68,6 +71,9 @@ func mkSide(d Domain) mSide {
 	if !d.PIFirst {
 		s.piOff = s.meta - s.tuple
 		s.prefix = s.piOff
+	}
+	if d.Format.IsCRC() {
+		return s // a CRC and no tags: no reference rule, no escapes
 	}
 	s.incr = d.Ref == RefIncrement || (d.Ref == RefDefault && d.Type != Type3)
 	switch d.Escape {
@@ -114,6 +120,12 @@ func modelGuard(g GuardType, seed uint64, parts ...[]byte) uint64 {
 		return refCRC64NVMe(seed, buf)
 	case GuardIPChecksum:
 		return uint64(modelIPChecksum(uint16(seed), buf))
+	case GuardCRC32:
+		return uint64(crc32.Update(^uint32(seed), crc32.IEEETable, buf))
+	case GuardCRC32C:
+		return uint64(crc32.Update(^uint32(seed), crc32.MakeTable(crc32.Castagnoli), buf))
+	case GuardCRC64XP10:
+		return crc64.Update(^seed, crc64.MakeTable(crc64.ECMA), buf)
 	}
 	panic("model: bad guard")
 }
@@ -146,16 +158,18 @@ func getBE(b []byte) uint64 {
 func (s *mSide) encode(g uint64, app uint16, ref uint64) []byte {
 	t := make([]byte, s.tuple)
 	putBE(t[:s.gl], g)
-	putBE(t[s.gl:s.gl+2], uint64(app))
-	putBE(t[s.gl+2:], ref)
+	if s.tuple > s.gl {
+		putBE(t[s.gl:s.gl+2], uint64(app))
+		putBE(t[s.gl+2:], ref)
+	}
 	return t
 }
 
 // selected expands a valid check or copy mask into the tuple bytes it
 // selects.
 func selected(f Format, m CheckMask) []bool {
-	if f == FormatPI8 {
-		sel := make([]bool, 8)
+	if f == FormatPI8 || f.IsCRC() {
+		sel := make([]bool, f.TupleSize())
 		for j := range sel {
 			sel[j] = m&(0x80>>j) != 0
 		}
@@ -178,8 +192,10 @@ func selected(f Format, m CheckMask) []bool {
 // check verifies block i with its data and metadata.
 func (s *mSide) check(i uint64, data, meta []byte, sel []bool) *Error {
 	t := meta[s.piOff : s.piOff+s.tuple]
-	app := getBE(t[s.gl : s.gl+2])
-	ref := getBE(t[s.gl+2:])
+	var app, ref uint64
+	if s.tuple > s.gl {
+		app, ref = getBE(t[s.gl:s.gl+2]), getBE(t[s.gl+2:])
+	}
 	if s.escApp && app == 0xFFFF && (!s.escRef || ref == s.refMax) {
 		return nil
 	}
@@ -198,6 +214,9 @@ func (s *mSide) check(i uint64, data, meta []byte, sel []bool) *Error {
 		if sel[j] && t[j] != want[j] {
 			return mk(ErrorRefTag, s.ref(i), ref)
 		}
+	}
+	if s.tuple == s.gl {
+		return nil
 	}
 	am := [2]byte{byte(s.appMask >> 8), byte(s.appMask)}
 	for k := range 2 {
