@@ -75,6 +75,9 @@ type Params struct {
 	MetaSize *Num    `json:"meta_size,omitempty"`
 	PIFirst  *bool   `json:"pi_first,omitempty"`
 	Splits   []Num   `json:"splits,omitempty"`
+	// CRCSeed is the CRC register's initial value of the crc32 and crc64
+	// formats: "zeros" (the default) or "ones".
+	CRCSeed *string `json:"crc_seed,omitempty"`
 }
 
 // Input says how to build the input bytes.

@@ -121,6 +121,12 @@ func parseGuard(s string) (t10dif.GuardType, error) {
 		return t10dif.GuardIPChecksum, nil
 	case "crc64":
 		return t10dif.GuardCRC64NVMe, nil
+	case "crc32":
+		return t10dif.GuardCRC32, nil
+	case "crc32c":
+		return t10dif.GuardCRC32C, nil
+	case "crc64xp10":
+		return t10dif.GuardCRC64XP10, nil
 	}
 	return 0, fmt.Errorf("unknown guard %q", s)
 }
@@ -134,6 +140,10 @@ func (c *Case) piConfig() (*piCase, error) {
 		d.Format = t10dif.FormatPI8
 	case "pi16":
 		d.Format = t10dif.FormatPI16
+	case "crc32":
+		d.Format = t10dif.FormatCRC32
+	case "crc64":
+		d.Format = t10dif.FormatCRC64
 	default:
 		return nil, fmt.Errorf("unknown pi_format %q", *p.PIFormat)
 	}
@@ -158,6 +168,26 @@ func (c *Case) piConfig() (*piCase, error) {
 		return nil, errors.New("interval or blocks out of range")
 	}
 	d.Type = t10dif.DIFType(*p.DIFType)
+	if d.Format.IsCRC() {
+		// A CRC block signature: no type, tags or escapes (EXTENSIONS.md).
+		if *p.Escape != "none" {
+			return nil, fmt.Errorf("escape %q with %s", *p.Escape, *p.PIFormat)
+		}
+		d.Escape = t10dif.EscapeDefault
+	}
+	if p.CRCSeed != nil {
+		switch {
+		case !d.Format.IsCRC():
+			return nil, fmt.Errorf("crc_seed with %s", *p.PIFormat)
+		case *p.CRCSeed == "ones":
+			d.Seed = 1<<32 - 1
+			if d.Format == t10dif.FormatCRC64 {
+				d.Seed = ^uint64(0)
+			}
+		case *p.CRCSeed != "zeros":
+			return nil, fmt.Errorf("unknown crc_seed %q", *p.CRCSeed)
+		}
+	}
 	d.Interval = int(*p.Interval)
 	d.RefTag = uint64(*p.RefTag)
 	d.AppTag = uint16(*p.AppTag)
@@ -258,10 +288,15 @@ func (pc *piCase) config(op string) t10dif.Config {
 	case "strip":
 		return t10dif.Config{In: pc.d, Check: pc.check}
 	case "pass":
-		return t10dif.Config{In: pc.d, Out: pc.d, Check: pc.check, Copy: t10dif.CheckAll}
+		// pass copies the whole tuple (a CRC format's is its guard).
+		all := t10dif.CheckAll
+		if pc.d.Format.IsCRC() {
+			all = pc.d.Format.GuardMask()
+		}
+		return t10dif.Config{In: pc.d, Out: pc.d, Check: pc.check, Copy: all}
 	default: // translate-guard
 		return t10dif.Config{In: pc.d, Out: pc.out, Check: pc.check,
-			Copy: t10dif.CheckAppTag | t10dif.CheckRefTag}
+			Copy: tagsOf(pc.d.Format)}
 	}
 }
 
@@ -404,8 +439,10 @@ func (c *Case) compareError(r *Result, pc *piCase, got *t10dif.Error) {
 	num("protected_offset", want.ProtectedOffset, got.ProtectedOffset)
 	width := 4
 	switch {
-	case got.Type == t10dif.ErrorGuard && pc.d.Format == t10dif.FormatPI16:
+	case got.Type == t10dif.ErrorGuard && (pc.d.Format == t10dif.FormatPI16 || pc.d.Format == t10dif.FormatCRC64):
 		width = 16
+	case got.Type == t10dif.ErrorGuard && pc.d.Format == t10dif.FormatCRC32:
+		width = 8
 	case got.Type == t10dif.ErrorRefTag && pc.d.Format == t10dif.FormatPI16:
 		width = 12
 	case got.Type == t10dif.ErrorRefTag:
@@ -421,4 +458,13 @@ func (c *Case) compareError(r *Result, pc *piCase, got *t10dif.Error) {
 	}
 	hexv("expected", want.Expected, got.Expected)
 	hexv("actual", want.Actual, got.Actual)
+}
+
+// tagsOf returns the copy mask of a format's tags: what translate-guard
+// keeps (a CRC format has none).
+func tagsOf(f t10dif.Format) t10dif.CheckMask {
+	if f.IsCRC() {
+		return 0
+	}
+	return t10dif.CheckAppTag | t10dif.CheckRefTag
 }

@@ -31,14 +31,21 @@ type params struct {
 	MetaSize int    `json:"meta_size,omitempty"`
 	PIFirst  *bool  `json:"pi_first,omitempty"`
 	Splits   []int  `json:"splits,omitempty"`
+	CRCSeed  string `json:"crc_seed,omitempty"`
 }
 
 func (p *params) tuple() int {
-	if p.Format == "pi16" {
+	switch p.Format {
+	case "pi16":
 		return 16
+	case "crc32":
+		return 4
 	}
 	return 8
 }
+
+// crc reports whether the format is a CRC block signature (a guard only).
+func (p *params) crc() bool { return p.Format == "crc32" || p.Format == "crc64" }
 
 func (p *params) meta() int {
 	if p.MetaSize != 0 {
@@ -58,6 +65,9 @@ func (p *params) piOff() int {
 func (p *params) refMask() uint64 {
 	if p.Format == "pi16" {
 		return 1<<48 - 1
+	}
+	if p.crc() {
+		return 0
 	}
 	return 1<<32 - 1
 }
@@ -116,18 +126,57 @@ func ipcsum(p []byte) uint64 {
 	return ^sum & 0xFFFF
 }
 
-func guard(kind string, p []byte) uint64 {
+// reflected is a bitwise reflected CRC of width w (32 or 64): the register
+// starts at init, the result is complemented.
+func reflected(poly, init uint64, w int, p []byte) uint64 {
+	mask := uint64(1)<<w - 1
+	if w == 64 {
+		mask = ^uint64(0)
+	}
+	c := init & mask
+	for _, b := range p {
+		for bit := range 8 {
+			in := uint64(b>>bit) & 1
+			low := c & 1
+			c >>= 1
+			if low^in != 0 {
+				c ^= poly
+			}
+		}
+	}
+	return ^c & mask
+}
+
+func (pp *params) guard(kind string, p []byte) uint64 {
+	var init uint64
+	if pp.CRCSeed == "ones" {
+		init = ^uint64(0)
+	}
 	switch kind {
 	case "crc16":
 		return crc16(p)
 	case "crc64":
 		return crc64(p)
+	case "crc32":
+		return reflected(0xEDB88320, init, 32, p) // CRC-32 (IEEE)
+	case "crc32c":
+		return reflected(0x82F63B78, init, 32, p) // CRC-32C (Castagnoli)
+	case "crc64xp10":
+		return reflected(0xC96C5795D7870F42, init, 64, p) // CRC-64/XZ (ECMA-182)
 	}
 	return ipcsum(p)
 }
 
 // put writes the tuple fields big-endian.
 func (p *params) put(t []byte, g, app, ref uint64) {
+	switch p.Format {
+	case "crc32":
+		binary.BigEndian.PutUint32(t, uint32(g))
+		return
+	case "crc64":
+		binary.BigEndian.PutUint64(t, g)
+		return
+	}
 	if p.Format == "pi16" {
 		binary.BigEndian.PutUint64(t, g)
 		binary.BigEndian.PutUint16(t[8:], uint16(app))
@@ -142,6 +191,12 @@ func (p *params) put(t []byte, g, app, ref uint64) {
 }
 
 func (p *params) get(t []byte) (g, app, ref uint64) {
+	switch p.Format {
+	case "crc32":
+		return uint64(binary.BigEndian.Uint32(t)), 0, 0
+	case "crc64":
+		return binary.BigEndian.Uint64(t), 0, 0
+	}
 	if p.Format == "pi16" {
 		for i := range 6 {
 			ref = ref<<8 | uint64(t[10+i])
@@ -155,7 +210,7 @@ func (p *params) get(t []byte) (g, app, ref uint64) {
 // the metadata bytes before the tuple.
 func (p *params) blockGuard(kind string, data, meta []byte) uint64 {
 	cover := append(append([]byte(nil), data...), meta[:p.piOff()]...)
-	return guard(kind, cover)
+	return p.guard(kind, cover)
 }
 
 // generate returns the metadata of every block (non-tuple bytes zero).
@@ -197,7 +252,7 @@ func (p *params) maskBytes(check uint8) []bool {
 		}
 		return sel
 	}
-	for k := range 8 {
+	for k := range p.tuple() {
 		sel[k] = check&(0x80>>k) != 0
 	}
 	return sel
@@ -221,8 +276,11 @@ func (p *params) verify(data, meta []byte) *errObj {
 		var appMask [2]byte
 		binary.BigEndian.PutUint16(appMask[:], uint16(p.AppMask))
 		gl := 2 // guard length
-		if t == 16 {
+		switch {
+		case t == 16:
 			gl = 8
+		case p.crc():
+			gl = t
 		}
 		bad := map[string]bool{}
 		for k := range t {
@@ -242,8 +300,11 @@ func (p *params) verify(data, meta []byte) *errObj {
 		sg, _, _ := p.get(stored)
 		e := &errObj{Block: i, Offset: i * p.Interval, ProtectedOffset: i * (p.Interval + m)}
 		gw, rw := 4, 8
-		if t == 16 {
+		switch {
+		case t == 16 || p.Format == "crc64":
 			gw, rw = 16, 12
+		case p.Format == "crc32":
+			gw = 8
 		}
 		switch {
 		case bad["guard"]:

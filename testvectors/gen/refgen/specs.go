@@ -135,5 +135,52 @@ func specs() []spec {
 	p.Escape = "none"
 	add(spec{op: "verify", desc: "type 3 same tuple with escapes off -> guard", p: p, seed: next(),
 		genWith: &esc, mutate: []int{5}})
+
+	// 7. mlx5dv CRC block signatures (EXTENSIONS.md): crc32 with the CRC-32
+	// and CRC-32C guards, crc64 with CRC-64/XZ for CRC64_XP10; both seeds;
+	// the mlx5 block sizes; the whole-guard check masks; splits.
+	crcs := []struct{ f, g string }{{"crc32", "crc32"}, {"crc32", "crc32c"}, {"crc64", "crc64xp10"}}
+	crc := func(f, g string, iv, blocks int, seed string) params {
+		return params{Format: f, Guard: g, Interval: iv, Blocks: blocks, Check: 0xFF, Escape: "none", CRCSeed: seed}
+	}
+	mask := func(f string) uint8 {
+		if f == "crc32" {
+			return 0xF0
+		}
+		return 0xFF
+	}
+	for _, fg := range crcs {
+		for _, sd := range []string{"zeros", "ones"} {
+			for _, op := range []string{"generate", "verify", "strip", "pass"} {
+				p := crc(fg.f, fg.g, 512, 4, sd)
+				p.Check = mask(fg.f)
+				add(spec{op: op, desc: fmt.Sprintf("%s/%s seed %s %s, 4 x 512", fg.f, fg.g, sd, op), p: p, seed: next()})
+			}
+		}
+		for _, iv := range []int{520, 4048, 4096, 4160} {
+			p := crc(fg.f, fg.g, iv, 3, "ones")
+			p.Check = mask(fg.f)
+			add(spec{op: "verify", desc: fmt.Sprintf("%s/%s interval %d, data corrupted in block 1 -> guard", fg.f, fg.g, iv),
+				p: p, seed: next(), mutate: []int{iv + 9}})
+		}
+		p := crc(fg.f, fg.g, 512, 3, "ones")
+		p.Check = mask(fg.f)
+		add(spec{op: "strip", desc: fmt.Sprintf("%s/%s CRC byte 1 of block 2 corrupted -> guard", fg.f, fg.g),
+			p: p, seed: next(), piPatch: map[int]byte{2*p.tuple() + 1: 0x01}})
+		q := p
+		q.Check = 0
+		add(spec{op: "strip", desc: fmt.Sprintf("%s/%s CRC corrupted, check mask 0: nothing checked", fg.f, fg.g),
+			p: q, seed: next(), piPatch: map[int]byte{2*p.tuple() + 1: 0x01}})
+		zeroSeed := p
+		zeroSeed.CRCSeed = "zeros"
+		add(spec{op: "verify", desc: fmt.Sprintf("%s/%s generated with seed zeros, checked with ones -> guard", fg.f, fg.g),
+			p: p, seed: next(), genWith: &zeroSeed})
+		r := crc(fg.f, fg.g, 512, 3, "ones")
+		r.Check, r.Splits = mask(fg.f), []int{3, 509, 7}
+		add(spec{op: "pass", desc: fmt.Sprintf("%s/%s pass in pieces of %v", fg.f, fg.g, r.Splits), p: r, seed: next()})
+	}
+	p = crc("crc32", "crc32c", 512, 3, "ones")
+	p.Check, p.DstGuard = 0xF0, "crc32"
+	add(spec{op: "translate-guard", desc: "crc32: CRC-32C -> CRC-32", p: p, seed: next()})
 	return l
 }
