@@ -66,7 +66,13 @@ const (
 	QPInSize      = 56
 	QPFlagIntegr  = 1
 	QPFlagDBHint  = 2 // model extension: the send activity hint (sq.DBRecHintSize)
-	QPNOff        = 8 // CREATE_QP output; DESTROY_QP, modify and QUERY_QP input
+	// QPFlagDrainSigErr is signature pipelining (mlx5's drain_sigerr QP
+	// context bit, which rdma-core's provider sets with an INIT2INIT for
+	// MLX5DV_QP_CREATE_SIG_PIPELINING): a fenced WQE waits for the WQEs
+	// before it and, if one of them met a signature error, the QP goes to
+	// SQD instead of running it.
+	QPFlagDrainSigErr = 4
+	QPNOff            = 8 // CREATE_QP output; DESTROY_QP, modify and QUERY_QP input
 
 	// Modify QP input (RST2INIT … RTS2SQD): qpn at 8, opt_param_mask at
 	// 12, the QP context from 16. RST2INIT always takes the access flags;
@@ -86,7 +92,8 @@ const (
 	QPCMaxRD       = 40 // one byte each: max_rd_atomic, max_dest_rd_atomic
 	QPCMaxDestRD   = 41
 	QPModifySize   = 48
-	QPOutState     = 8 // QUERY_QP output: the state byte, then the context from 16
+	QPOutState     = 8  // QUERY_QP output: the state byte, then the context from 16
+	QPOutSQCounter = 44 // QUERY_QP output: BE16 hw_sq_wqebb_counter, the index of the next send WQE the device fetches
 	QPOutSize      = QPModifySize
 	QPAccessRead   = 1
 	QPAccessWrite  = 2

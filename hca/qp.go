@@ -75,6 +75,14 @@ type QP struct {
 	pd        uint32
 	scq, rcq  *CQ
 	integrity bool
+	drainSig  bool // QPFlagDrainSigErr
+	// sigErr is set when an access of this QP's WQEs through a signature
+	// key met an error (drainSig QPs): its next fenced WQE stops the QP in
+	// SQD. Cleared by SQD→RTS and RST.
+	sigErr atomic.Bool
+	// sqFetched is the send ring's consumer counter (the requester's),
+	// for QUERY_QP.
+	sqFetched atomic.Uint32
 
 	sqr      *sq.Ring
 	rqBuf    []byte
@@ -164,7 +172,7 @@ func (f *Func) createQP(in In) Out {
 		return failOut(StatusBadResource, pd, "no PD %#x", pd)
 	}
 	qp := &QP{
-		fn: f, dev: f.dev, pd: pd, scq: scq, rcq: rcq, integrity: flags&QPFlagIntegr != 0,
+		fn: f, dev: f.dev, pd: pd, scq: scq, rcq: rcq, integrity: flags&QPFlagIntegr != 0, drainSig: flags&QPFlagDrainSigErr != 0,
 		sqr: sqr, rqBuf: rqBuf, rqDB: db[:4], rqLog: logRQ, rqStride: logStride,
 		bell: make(chan struct{}, 1), rbell: make(chan struct{}, 1),
 		acks: newMbox[response](2 * window), inbox: newMbox[*request](2 * window), stop: make(chan struct{}),
@@ -275,6 +283,9 @@ func (f *Func) modifyQP(op uint16, in In) Out {
 	if to == StateSQD {
 		qp.drained = false
 	}
+	if op == CmdSQD2RTS || to == StateRST {
+		qp.sigErr.Store(false)
+	}
 	qp.state = to
 	qp.mu.Unlock()
 	if to == StateRST {
@@ -308,6 +319,7 @@ func (f *Func) queryQP(qpn uint32) Out {
 	o.Put32(QPCRQPSN, a.rqPSN).Put32(QPCSQPSN, a.sqPSN)
 	o.Put8(QPCMinRNR, a.minRNR).Put8(QPCTimeout, a.timeout).Put8(QPCRetry, a.retry).Put8(QPCRNRRetry, a.rnrRetry)
 	o.Put8(QPCMaxRD, a.maxRD).Put8(QPCMaxDestRD, a.maxDestRD)
+	o.Put16(QPOutSQCounter, uint16(qp.sqFetched.Load()))
 	return Out(o)
 }
 

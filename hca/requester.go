@@ -292,6 +292,7 @@ func (qp *QP) step(s *reqState) {
 		qp.armTimer(s, 0, false)
 		*s = reqState{gen: gen, timer: s.timer}
 		qp.sqr.Reset()
+		qp.sqFetched.Store(0)
 	}
 	switch st {
 	case StateRTS:
@@ -332,7 +333,7 @@ func (qp *QP) fetch(s *reqState, a *qpAttr) (blocked bool) {
 		}
 		switch f.Fence {
 		case sq.FenceFence, sq.FenceSmallAndFence:
-			if s.reads > 0 {
+			if s.reads > 0 || (qp.drainSig && len(s.inflight) > 0) {
 				return true
 			}
 		case sq.FenceStrongOrdering:
@@ -340,10 +341,22 @@ func (qp *QP) fetch(s *reqState, a *qpAttr) (blocked bool) {
 				return true
 			}
 		}
+		if qp.drainSig && f.Fence != 0 && f.Fence != sq.FenceInitiatorSmall && qp.sigErr.Load() {
+			// Signature pipelining: a WQE before this fenced one met a
+			// signature error; the QP stops in SQD (SQ_DRAINED follows
+			// once nothing is outstanding, which the fence ensured).
+			qp.mu.Lock()
+			if qp.state == StateRTS {
+				qp.state, qp.drained = StateSQD, false
+			}
+			qp.mu.Unlock()
+			return false
+		}
 		if (f.Opcode == sq.OpRDMARead || f.Opcode == sq.OpAtomicCS || f.Opcode == sq.OpAtomicFA) && s.reads >= maxRD {
 			return true
 		}
 		w, f, err := qp.sqr.Fetch(s.scratch[:])
+		qp.sqFetched.Store(uint32(qp.sqr.Consumer()))
 		p := s.newPending()
 		p.idx, p.op, p.signaled = f.WQEIndex, f.Opcode, f.Signaled()
 		s.inflight = append(s.inflight, p)
@@ -491,6 +504,9 @@ func (qp *QP) gather(out [][]byte, segs []byte, need klm.Access) (_ [][]byte, to
 		out, s, err = qp.resolveKey(out, klm.Key(d.LKey), d.Addr, uint64(d.ByteCount), need, need == klm.LocalRead)
 		if err != nil {
 			return nil, 0, nil, cq.SyndromeLocalProt
+		}
+		if s != nil {
+			s.own = true
 		}
 		n++
 		if (s != nil || sa != nil) && n > 1 {

@@ -19,6 +19,7 @@ type sigAccess struct {
 	key    klm.Key
 	expect uint8 // the mkey's expected_sigerr_count bit when resolved
 	qp     *QP   // the QP whose send CQ gets the signature error CQE
+	own    bool  // the access is one of qp's own WQEs (a local key), not a peer's request
 }
 
 // sigState is the device's error state of one signature mkey: the number
@@ -216,6 +217,9 @@ func pump(st *t10dif.Stream, dst, src [][]byte) {
 // report writes the signature error CQE of an error, if the mkey's
 // expected_sigerr_count admits it (sigState).
 func (sa *sigAccess) report(e *t10dif.Error) {
+	if sa.own && sa.qp.drainSig {
+		sa.qp.sigErr.Store(true) // its next fenced WQE drains the SQ
+	}
 	if !sa.fn.sigReport(sa.key.Index(), sa.expect) {
 		return
 	}

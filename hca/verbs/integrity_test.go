@@ -3,6 +3,7 @@ package verbs_test
 import (
 	"bytes"
 	"testing"
+	"time"
 
 	"github.com/hcasim/hcasim/hca"
 	"github.com/hcasim/hcasim/hca/verbs"
@@ -335,5 +336,94 @@ func TestPartialLastBlock(t *testing.T) {
 	}
 	if e, err := mr.CheckMRStatus(); e != nil || err != nil {
 		t.Fatalf("status: %+v %v", e, err)
+	}
+}
+
+// TestSigPipelining: on a QP created with SigPipelining, a WRITE whose
+// memory-domain PI fails its check is completed as usual, but the fenced
+// SEND after it does not run: the QP drains to SQD (EventSQDrained) and
+// the SEND runs once the QP is moved back to RTS. Without the flag the SEND
+// runs at once.
+func TestSigPipelining(t *testing.T) {
+	for _, pipelining := range []bool{true, false} {
+		dev := hca.New(hca.Options{})
+		host, target := intSide(t, dev), intSide(t, dev)
+		// The host's QP again, with signature pipelining.
+		qp, err := host.pd.CreateQP(&verbs.QPInitAttr{SendCQ: host.cq, RecvCQ: host.cq, Integrity: true, SigPipelining: pipelining,
+			Cap: verbs.QPCap{MaxSendWR: 32, MaxRecvWR: 8, MaxSendSGE: 2, MaxRecvSGE: 2}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		host.qp = qp
+		connect(t, host, target)
+		const iv, blocks = 512, 2
+		mem := t10dif.Domain{Format: t10dif.FormatPI8, Type: t10dif.Type1, Interval: iv, RefTag: 9}
+		data := make([]byte, iv*blocks)
+		for i := range data {
+			data[i] = byte(i * 3)
+		}
+		if _, err := t10dif.Generate(mem, t10dif.Buf{Data: host.buf[:blocks*(iv+8)]}, data); err != nil {
+			t.Fatal(err)
+		}
+		host.buf[iv+8+5] ^= 1 // block 1's data: its guard no longer matches
+		mr, err := host.pd.AllocMRIntegrity(4, 4)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := mr.MapSGPI([]verbs.SGE{host.mr.SGE(0, blocks*(iv+8))}, nil); err != nil {
+			t.Fatal(err)
+		}
+		mr.SetSigAttrs(verbs.SigAttrs{CheckMask: 0xFF, Mem: verbs.SigDomain{Type: verbs.SigTypeT10DIF, BgType: verbs.BgCRC,
+			PIInterval: iv, RefTag: 9, RefRemap: true, ApptagCheckMask: 0xFFFF}})
+		if _, err := host.qp.PostSend([]verbs.SendWR{{WRID: 1, Opcode: verbs.WRRegMRIntegrity, MR: mr, Flags: verbs.SendSignaled,
+			Access: verbs.AccessLocalWrite}}); err != nil {
+			t.Fatal(err)
+		}
+		if wc := wait(t, host, 1)[0]; wc.Status != verbs.WCSuccess {
+			t.Fatalf("registration %+v", wc)
+		}
+		if _, err := target.qp.PostRecv([]verbs.RecvWR{{WRID: 7, SG: []verbs.SGE{target.mr.SGE(8192, 16)}}}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := host.qp.PostSend([]verbs.SendWR{
+			{WRID: 2, Opcode: verbs.WRRDMAWrite, SG: []verbs.SGE{{Addr: 0, Length: iv * blocks, LKey: mr.LKey}}, RKey: target.mr.RKey, RemoteAddr: target.mr.Addr},
+			{WRID: 3, Opcode: verbs.WRSend, Flags: verbs.SendSignaled | verbs.SendFence, SG: []verbs.SGE{host.mr.SGE(4096, 16)}},
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if !pipelining {
+			if wc := wait(t, target, 1)[0]; wc.WRID != 7 || wc.Status != verbs.WCSuccess {
+				t.Fatalf("without pipelining the SEND runs: %+v", wc)
+			}
+			dev.Close()
+			continue
+		}
+		select {
+		case e := <-host.ctx.AsyncEvents():
+			if e.Type != hca.EventSQDrained || e.Obj != host.qp.QPN() {
+				t.Fatalf("event %+v, want SQ drained of QP %#x", e, host.qp.QPN())
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("no SQ drained event")
+		}
+		var wcs [4]verbs.WC
+		if n, _ := target.cq.Poll(wcs[:]); n != 0 {
+			t.Fatalf("the fenced SEND ran after a signature error: %+v", wcs[:n])
+		}
+		if err := host.qp.Modify(&verbs.QPAttr{State: verbs.StateRTS}); err == nil {
+			t.Fatal("the driver moved a QP it thinks is in RTS to RTS")
+		}
+		// The driver did not move the QP to SQD itself: SQD→RTS, saying
+		// so (IBV_QP_CUR_STATE).
+		if err := host.qp.Modify(&verbs.QPAttr{State: verbs.StateRTS, Mask: verbs.AttrCurState, CurState: verbs.StateSQD}); err != nil {
+			t.Fatal(err)
+		}
+		if wc := wait(t, target, 1)[0]; wc.WRID != 7 || wc.Status != verbs.WCSuccess {
+			t.Fatalf("the SEND after SQD→RTS: %+v", wc)
+		}
+		if wc := wait(t, host, 1)[0]; wc.WRID != 3 || wc.Status != verbs.WCSuccess {
+			t.Fatalf("the SEND's completion: %+v", wc)
+		}
+		dev.Close()
 	}
 }

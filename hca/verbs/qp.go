@@ -45,6 +45,12 @@ type QPInitAttr struct {
 	SigAll bool
 	// Integrity enables signature (integrity) work requests on the QP.
 	Integrity bool
+	// SigPipelining drains the send queue on a signature error (mlx5dv's
+	// MLX5DV_QP_CREATE_SIG_PIPELINING): a fenced WR waits for the WRs
+	// before it, and if one of them met a signature error the QP moves to
+	// SQD instead of running it (an EventSQDrained follows); moving it
+	// back to RTS runs it.
+	SigPipelining bool
 }
 
 // QPAttrMask says which optional attributes a Modify sets.
@@ -55,6 +61,9 @@ const (
 	// AttrAccess sets Access on INIT→INIT, RTS→RTS and SQD→RTS (RESET→INIT
 	// always takes it).
 	AttrAccess QPAttrMask = 1 << iota
+	// AttrCurState says the QP is in CurState (IBV_QP_CUR_STATE): for a
+	// QP the device moved itself, as signature pipelining moves it to SQD.
+	AttrCurState
 )
 
 // QPAttr are modifiable QP attributes; State is the target state.
@@ -64,7 +73,9 @@ type QPAttr struct {
 	Mask QPAttrMask
 	// Access enables remote access to the QP's responder
 	// (AccessRemoteRead, AccessRemoteWrite, AccessRemoteAtomic).
-	Access          Access
+	Access Access
+	// CurState is the state the QP is in, with AttrCurState.
+	CurState        QPState
 	DestLID         uint16
 	DestQPN         uint32
 	RQPSN, SQPSN    uint32
@@ -246,6 +257,9 @@ func (pd *PD) CreateQP(a *QPInitAttr) (*QP, error) {
 	if a.Integrity {
 		flags |= hca.QPFlagIntegr
 	}
+	if a.SigPipelining {
+		flags |= hca.QPFlagDrainSigErr
+	}
 	in.Put32(hca.QPInFlags, flags)
 	in.Put8(hca.QPInLogSQ, qp.sqLog).Put8(hca.QPInLogRQ, qp.rqLog).Put8(hca.QPInLogStride, qp.rqShift)
 	in.Put64(hca.QPInSQ, qp.sqIO).Put64(hca.QPInRQ, qp.rqIO).Put64(hca.QPInDBRec, qp.dbIO)
@@ -301,6 +315,9 @@ func (qp *QP) Modify(a *QPAttr) error {
 	qp.smu.Lock()
 	defer qp.smu.Unlock()
 	cur := qp.state
+	if a.Mask&AttrCurState != 0 {
+		cur = a.CurState
+	}
 	var op uint16
 	switch {
 	case a.State == StateErr:

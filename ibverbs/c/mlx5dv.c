@@ -126,7 +126,8 @@ HC_EXPORT struct ibv_qp *mlx5dv_create_qp(struct ibv_context *c, struct ibv_qp_i
 			}
 			/* Scatter to CQE is an optimisation the device has not: both
 			 * flags are accepted and change nothing. */
-			if (f & ~(uint32_t)(MLX5DV_QP_CREATE_DISABLE_SCATTER_TO_CQE | MLX5DV_QP_CREATE_ALLOW_SCATTER_TO_CQE)) {
+			if (f & ~(uint32_t)(MLX5DV_QP_CREATE_DISABLE_SCATTER_TO_CQE | MLX5DV_QP_CREATE_ALLOW_SCATTER_TO_CQE |
+					    MLX5DV_QP_CREATE_SIG_PIPELINING)) {
 				errno = EOPNOTSUPP;
 				return NULL;
 			}
@@ -153,6 +154,10 @@ HC_EXPORT struct ibv_qp *mlx5dv_create_qp(struct ibv_context *c, struct ibv_qp_i
 		      ? 192
 		      : 48;
 	dv.integrity = dv.ops != 0;
+	if ((dv.create_flags & MLX5DV_QP_CREATE_SIG_PIPELINING) && (a->qp_type != IBV_QPT_RC || !hc_ctx(c)->caps.sig_handover)) {
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
 	return hc_create_qp(c, a, &dv);
 }
 
@@ -806,4 +811,43 @@ static void dv_fill_ops(struct hc_qp *qp)
 	d->wr_set_mkey_layout_list = x_layout_list;
 	d->wr_set_mkey_layout_interleaved = x_layout_interleaved;
 	d->wr_set_mkey_sig_block = x_sig_block;
+}
+
+/* mlx5dv_qp_cancel_posted_send_wrs turns the posted WQEs the device has
+ * not fetched yet whose wr_id is wr_id into NOPs (they complete
+ * successfully, as their own opcode): the provider's way out of a
+ * signature-pipelining drain. The QP must be in SQD. It returns how many
+ * it cancelled, or -errno. */
+HC_EXPORT int mlx5dv_qp_cancel_posted_send_wrs(struct mlx5dv_qp_ex *mqp, uint64_t wr_id)
+{
+	struct hc_qp *qp = dv_qp(mqp);
+	uint8_t in[12], out[64];
+	hc_cmd_header(in, HC_CMD_QUERY_QP);
+	hc_put32(in + 8, qp->qpx.qp_base.qp_num);
+	pthread_mutex_lock(&qp->smu);
+	int err = hc_cmd(qp->ctx, in, sizeof in, out, sizeof out, NULL);
+	if (err) {
+		pthread_mutex_unlock(&qp->smu);
+		return -err;
+	}
+	if (out[8] != 5) { /* the device's SQD */
+		pthread_mutex_unlock(&qp->smu);
+		return -EINVAL;
+	}
+	uint16_t size = (uint16_t)(1u << qp->sq_log);
+	uint16_t at = hc_get16(out + 44); /* the next WQE the device fetches */
+	int n = 0;
+	while (at != qp->cur_post && (uint16_t)(qp->cur_post - at) <= size) {
+		uint16_t slot = at & (size - 1);
+		if (qp->nbb[slot] == 0)
+			break;
+		if (qp->wrid[slot] == wr_id) {
+			uint8_t *c = qp->sq + (size_t)slot * HC_WQEBB;
+			hc_put32(c, (uint32_t)at << 8 | 0x00); /* NOP, the WQE's index kept */
+			n++;
+		}
+		at += qp->nbb[slot];
+	}
+	pthread_mutex_unlock(&qp->smu);
+	return n;
 }

@@ -125,7 +125,12 @@ struct ibv_qp *hc_create_qp(struct ibv_context *c, struct ibv_qp_init_attr_ex *a
 	hc_put32(in + 8, a->pd->handle);
 	hc_put32(in + 12, hc_cq(a->send_cq)->cqn);
 	hc_put32(in + 16, hc_cq(a->recv_cq)->cqn);
-	hc_put32(in + 20, 2 | (dv && dv->integrity ? 1 : 0)); /* DB_HINT, integrity */
+	uint32_t qflags = 2; /* DB_HINT */
+	if (dv && dv->integrity)
+		qflags |= 1;
+	if (dv && (dv->create_flags & MLX5DV_QP_CREATE_SIG_PIPELINING))
+		qflags |= 4; /* drain on signature error */
+	hc_put32(in + 20, qflags);
 	in[24] = sq_log;
 	in[25] = rq_log;
 	in[26] = rq_shift;
