@@ -10,18 +10,22 @@ import (
 	"github.com/hcasim/hcasim/internal/frontendtest"
 )
 
-// TestBadUse builds c/test/baduse.c against the installed libibverbs and
-// runs it on hcasim: bad arguments get the errno, NULL or error completion
-// libibverbs gives on hardware, and registered memory behaves as
-// docs/CONFORMANCE.md says (malloc, stack, unaligned, overlapping, fork).
-// The daemon keeps serving afterwards.
-func TestBadUse(t *testing.T) {
-	lib := frontendtest.Lib(t)
-	bin := filepath.Join(t.TempDir(), "baduse")
-	if out, err := exec.Command("cc", "-std=c11", "-D_GNU_SOURCE", "-Wall", "-o", bin, filepath.Join("c", "test", "baduse.c"), "-libverbs").CombinedOutput(); err != nil {
-		t.Fatalf("build baduse: %v\n%s", err, out)
+// buildC compiles a C program against the installed rdma-core headers and
+// libraries (as any program is built), to run on hcasim's.
+func buildC(t *testing.T, src string, libs ...string) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), strings.TrimSuffix(filepath.Base(src), ".c"))
+	args := append([]string{"-std=c11", "-D_GNU_SOURCE", "-Wall", "-Werror", "-o", bin, src}, libs...)
+	if out, err := exec.Command("cc", args...).CombinedOutput(); err != nil {
+		t.Fatalf("build %s: %v\n%s", src, err, out)
 	}
-	sock := frontendtest.Daemon(t)
+	return bin
+}
+
+// runChecks runs a program that prints "ok NAME" / "FAIL NAME: why" lines
+// and fails the test on each FAIL, or if fewer than min checks passed.
+func runChecks(t *testing.T, lib, sock, bin string, min int) {
+	t.Helper()
 	out := frontendtest.Run(t, 60*time.Second, lib, sock, bin)
 	n := 0
 	for _, l := range strings.Split(out, "\n") {
@@ -31,8 +35,41 @@ func TestBadUse(t *testing.T) {
 			t.Error(l)
 		}
 	}
-	if n < 40 {
+	if n < min {
 		t.Errorf("only %d checks passed:\n%s", n, out)
 	}
+}
+
+// TestBadUse builds c/test/baduse.c against the installed libibverbs and
+// runs it on hcasim: bad arguments get the errno, NULL or error completion
+// libibverbs gives on hardware, and registered memory behaves as
+// docs/CONFORMANCE.md says (malloc, stack, unaligned, overlapping, fork).
+// The daemon keeps serving afterwards.
+func TestBadUse(t *testing.T) {
+	lib := frontendtest.Lib(t)
+	bin := buildC(t, filepath.Join("c", "test", "baduse.c"), "-libverbs")
+	sock := frontendtest.Daemon(t)
+	runChecks(t, lib, sock, bin, 40)
 	frontendtest.Run(t, 20*time.Second, lib, sock, "ibv_devices")
+}
+
+// TestDVBadUse: bad use of mlx5dv's mkey API (c/test/dvbaduse.c) gets
+// what rdma-core's mlx5 provider gives.
+func TestDVBadUse(t *testing.T) {
+	lib := frontendtest.Lib(t)
+	bin := buildC(t, filepath.Join("c", "test", "dvbaduse.c"), "-libverbs", "-lmlx5")
+	runChecks(t, lib, frontendtest.Daemon(t), bin, 18)
+}
+
+// TestNVMeoFTargetExample builds and runs examples/nvmeof_target.c, the
+// README's example for C users: PI inserted by an RDMA READ through a
+// BLOCK_SIGNATURE mkey, checked and stripped by an RDMA WRITE, a corrupted
+// block reported by mlx5dv_mkey_check.
+func TestNVMeoFTargetExample(t *testing.T) {
+	lib := frontendtest.Lib(t)
+	bin := buildC(t, filepath.Join("..", "examples", "nvmeof_target.c"), "-libverbs", "-lmlx5")
+	out := frontendtest.Run(t, 60*time.Second, lib, frontendtest.Daemon(t), bin)
+	if strings.Contains(out, "FAIL") || !strings.Contains(out, "nvmeof_target: all checks passed") {
+		t.Fatalf("the example failed:\n%s", out)
+	}
 }

@@ -161,12 +161,14 @@ HC_EXPORT struct ibv_qp *mlx5dv_create_qp(struct ibv_context *c, struct ibv_qp_i
 	return hc_create_qp(c, a, &dv);
 }
 
+/* hc_dv_qp_init installs the mlx5dv ops. The provider leaves them NULL
+ * on a QP created without mlx5 send ops, so a call crashes; here every QP
+ * has them, and on such a QP they fail wr_complete with EOPNOTSUPP. */
 void hc_dv_qp_init(struct hc_qp *qp, const struct hc_qp_dv *dv)
 {
 	qp->dv_ops = dv->ops;
 	qp->dv_flags = dv->create_flags;
-	if (dv->ops)
-		dv_fill_ops(qp);
+	dv_fill_ops(qp);
 }
 
 HC_EXPORT struct mlx5dv_qp_ex *mlx5dv_qp_ex_from_ibv_qp_ex(struct ibv_qp_ex *x) { return &((struct hc_qp *)x)->dv; }
@@ -491,6 +493,10 @@ static void x_mkey_configure(struct mlx5dv_qp_ex *mqp, struct mlx5dv_mkey *dvm, 
 	qp->mk = NULL;
 	if (qp->wr_err)
 		return;
+	if (!qp->dv_ops) {
+		latch(qp, EOPNOTSUPP); /* a QP without MLX5DV_QP_EX_WITH_MKEY_CONFIGURE (or MR_*) */
+		return;
+	}
 	if (!(qp->qpx.wr_flags & IBV_SEND_INLINE) || (attr && (attr->conf_flags & ~MLX5DV_MKEY_CONF_FLAG_RESET_SIG_ATTR)) ||
 	    (attr && attr->comp_mask)) {
 		latch(qp, EOPNOTSUPP);

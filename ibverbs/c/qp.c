@@ -184,8 +184,8 @@ struct ibv_qp *hc_create_qp(struct ibv_context *c, struct ibv_qp_init_attr_ex *a
 	qpx_init(qp);
 	if (a->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS)
 		qp->qpx.comp_mask = a->send_ops_flags;
-	if (dv)
-		hc_dv_qp_init(qp, dv);
+	struct hc_qp_dv none = {0};
+	hc_dv_qp_init(qp, dv ? dv : &none);
 	return q;
 }
 
