@@ -45,7 +45,8 @@ type Context struct {
 	regs    []*MR // registered MRs over buffers the driver mapped (inline reads)
 	qps     map[uint32]*QP
 	cqs     map[uint32]*CQ
-	sigMRs  map[uint32]*MR // signature keys by index, for SIG_ERR CQEs
+	sigMRs  map[uint32]*MR   // signature keys by index, for SIG_ERR CQEs
+	mkeys   map[uint32]*Mkey // signature mkeys (CreateMkey) by index
 	async   chan hca.Event
 	stopEv  chan struct{}
 	evDone  chan struct{}

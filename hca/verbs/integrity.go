@@ -345,6 +345,9 @@ func (c *Context) sigError(f *cq.Fields) {
 	defer c.mu.Unlock()
 	mr := c.sigMRs[klm.Key(f.Sig.Mkey).Index()]
 	if mr == nil {
+		if m := c.mkeys[klm.Key(f.Sig.Mkey).Index()]; m != nil {
+			c.mkeySigError(m, &f.Sig)
+		}
 		return // never for a key the driver did not create
 	}
 	s := &f.Sig

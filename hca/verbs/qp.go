@@ -147,6 +147,8 @@ type SendWR struct {
 	Access Access
 	// Prot is WRRegSigMR's protection SGE (nil: none).
 	Prot *SGE
+	// Mkey is WRMkeyConfigure's configuration.
+	Mkey *MkeyConfig
 }
 
 // RecvWR is a receive work request.
@@ -537,6 +539,8 @@ func (qp *QP) post(wr *SendWR) error {
 	switch {
 	case wr.Opcode == WRRegMRIntegrity || wr.Opcode == WRRegSigMR:
 		return qp.postIntegrity(wr)
+	case wr.Opcode == WRMkeyConfigure:
+		return qp.postMkeyConfigure(wr)
 	case wr.Opcode >= numWROpcodes:
 		return ErrBadOpcode
 	}
@@ -720,6 +724,8 @@ func (qp *QP) sendDone(f *cq.Fields) WC {
 	switch qp.wrop[slot] {
 	case WRRegMR, WRRegMRIntegrity, WRRegSigMR:
 		wc.Opcode = WCRegMR
+	case WRMkeyConfigure:
+		wc.Opcode = WCUMR
 	case WRLocalInv:
 		wc.Opcode = WCLocalInv
 	default:

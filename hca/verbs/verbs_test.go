@@ -10,12 +10,13 @@ import (
 )
 
 type side struct {
-	ctx *verbs.Context
-	pd  *verbs.PD
-	cq  *verbs.CQ
-	qp  *verbs.QP
-	buf []byte
-	mr  *verbs.MR
+	ctx  *verbs.Context
+	pd   *verbs.PD
+	cq   *verbs.CQ
+	qp   *verbs.QP
+	buf  []byte
+	mr   *verbs.MR
+	mkey *verbs.Mkey
 }
 
 func newSide(t *testing.T, dev *hca.Device) *side {
@@ -50,6 +51,17 @@ func connect(t *testing.T, a, b *side) {
 	if err := b.qp.Connect(a.qp.Info(), nil); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// connectAgain resets both QPs (after an error) and connects them again.
+func connectAgain(t *testing.T, a, b *side) {
+	t.Helper()
+	for _, s := range []*side{a, b} {
+		if err := s.qp.Modify(&verbs.QPAttr{State: verbs.StateReset}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	connect(t, a, b)
 }
 
 func wait(t *testing.T, s *side, n int) []verbs.WC {

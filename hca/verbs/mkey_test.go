@@ -1,0 +1,195 @@
+package verbs_test
+
+import (
+	"bytes"
+	"errors"
+	"testing"
+
+	"github.com/hcasim/hcasim/hca"
+	"github.com/hcasim/hcasim/hca/verbs"
+)
+
+// configure posts one WRMkeyConfigure and waits for its completion.
+func configure(t *testing.T, s *side, cfg *verbs.MkeyConfig) {
+	t.Helper()
+	if _, err := s.qp.PostSend([]verbs.SendWR{{WRID: 50, Opcode: verbs.WRMkeyConfigure, Flags: verbs.SendSignaled, Mkey: cfg}}); err != nil {
+		t.Fatal(err)
+	}
+	if wc := wait(t, s, 1)[0]; wc.Status != verbs.WCSuccess || wc.Opcode != verbs.WCUMR || wc.WRID != 50 {
+		t.Fatalf("configure: %+v", wc)
+	}
+}
+
+// sendThrough SENDs n bytes through the client's key at address 0 into
+// the server's receive through its key, and returns both completions.
+func sendThrough(t *testing.T, client, server *side, ckey, skey uint32, n int) (verbs.WC, verbs.WC) {
+	t.Helper()
+	if _, err := server.qp.PostRecv([]verbs.RecvWR{{WRID: 2, SG: []verbs.SGE{{Addr: 0, Length: uint32(n), LKey: skey}}}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := client.qp.PostSend([]verbs.SendWR{{WRID: 1, Opcode: verbs.WRSend, Flags: verbs.SendSignaled,
+		SG: []verbs.SGE{{Addr: 0, Length: uint32(n), LKey: ckey}}}}); err != nil {
+		t.Fatal(err)
+	}
+	return wait(t, client, 1)[0], wait(t, server, 1)[0]
+}
+
+// TestMkeyLayouts: list and interleaved layouts, as rdma-core's
+// test_mlx5_mkey does: 16 bytes through two 8-byte pieces 64 bytes apart.
+func TestMkeyLayouts(t *testing.T) {
+	dev := hca.New(hca.Options{})
+	defer dev.Close()
+	client, server := intSide(t, dev), intSide(t, dev)
+	connect(t, client, server)
+	for _, interleaved := range []bool{false, true} {
+		for _, s := range []*side{client, server} {
+			m, err := s.pd.CreateMkey(verbs.MkeyIndirect, 3)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg := &verbs.MkeyConfig{Mkey: m, Access: verbs.AccessLocalWrite, SetAccess: true,
+				List: []verbs.SGE{s.mr.SGE(0, 8), s.mr.SGE(64, 8)}}
+			if interleaved {
+				cfg.List = nil
+				cfg.Interleaved = &verbs.Interleaved{Repeat: 3, Entries: []verbs.InterleavedEntry{
+					{Addr: s.mr.Addr, Count: 8, Skip: 2, LKey: s.mr.LKey}, {Addr: s.mr.Addr + 64, Count: 8, Skip: 2, LKey: s.mr.LKey}}}
+			}
+			configure(t, s, cfg)
+			s.mkey = m
+		}
+		copy(client.buf, bytes.Repeat([]byte{'c'}, 128))
+		copy(server.buf, bytes.Repeat([]byte{'s'}, 128))
+		cw, sw := sendThrough(t, client, server, client.mkey.LKey, server.mkey.LKey, 16)
+		if cw.Status != verbs.WCSuccess || sw.Status != verbs.WCSuccess || sw.ByteLen != 16 {
+			t.Fatalf("interleaved %v: %+v %+v", interleaved, cw, sw)
+		}
+		want := append(append(bytes.Repeat([]byte{'c'}, 8), bytes.Repeat([]byte{'s'}, 56)...), append(bytes.Repeat([]byte{'c'}, 8), bytes.Repeat([]byte{'s'}, 56)...)...)
+		if !bytes.Equal(server.buf[:128], want) {
+			t.Fatalf("interleaved %v: server memory %q", interleaved, server.buf[:128])
+		}
+		// Past the layout (16 bytes, or 3 cycles of 16): an error completion.
+		if _, err := client.qp.PostSend([]verbs.SendWR{{WRID: 3, Opcode: verbs.WRSend, Flags: verbs.SendSignaled,
+			SG: []verbs.SGE{{Addr: 0, Length: 100, LKey: client.mkey.LKey}}}}); err != nil {
+			t.Fatal(err)
+		}
+		if wc := wait(t, client, 1)[0]; wc.Status != verbs.WCLocProtErr {
+			t.Fatalf("a SEND past the layout: %+v", wc)
+		}
+		connectAgain(t, client, server)
+	}
+}
+
+// TestMkeySignatures: T10-DIF and CRC32 inserted on the wire and stripped
+// at the receiver (test_mkey_sig_t10dif, test_mkey_sig_crc), and a CRC32
+// memory-domain check failing (test_mkey_sig_err).
+func TestMkeySignatures(t *testing.T) {
+	dev := hca.New(hca.Options{})
+	defer dev.Close()
+	client, server := intSide(t, dev), intSide(t, dev)
+	connect(t, client, server)
+	wireT10 := &verbs.SigBlock{Wire: &verbs.SigBlockDomain{Type: verbs.SigBlockT10DIF, BlockSize: 512, Bg: 0xFFFF, AppTag: 0xABCD,
+		RefTag: 0x01234567, RefRemap: true, AppEscape: true, AppRefEscape: true}, CheckMask: 0xFF}
+	wireCRC := &verbs.SigBlock{Wire: &verbs.SigBlockDomain{Type: verbs.SigBlockCRC, BlockSize: 512, CRC: verbs.CRC32, Seed: 0xFFFFFFFF}, CheckMask: 0xF0}
+	for _, sig := range []*verbs.SigBlock{wireT10, wireCRC} {
+		for _, s := range []*side{client, server} {
+			m, err := s.pd.CreateMkey(verbs.MkeyIndirect|verbs.MkeyBlockSignature, 3)
+			if err != nil {
+				t.Fatal(err)
+			}
+			configure(t, s, &verbs.MkeyConfig{Mkey: m, Access: verbs.AccessLocalWrite, SetAccess: true, List: []verbs.SGE{s.mr.SGE(0, 512)}, Sig: sig})
+			s.mkey = m
+		}
+		copy(client.buf, bytes.Repeat([]byte{'c'}, 1024))
+		copy(server.buf, bytes.Repeat([]byte{'s'}, 1024))
+		cw, sw := sendThrough(t, client, server, client.mkey.LKey, server.mkey.LKey, 512)
+		if cw.Status != verbs.WCSuccess || sw.Status != verbs.WCSuccess {
+			t.Fatalf("%+v %+v", cw, sw)
+		}
+		if !bytes.Equal(server.buf[:1024], append(bytes.Repeat([]byte{'c'}, 512), bytes.Repeat([]byte{'s'}, 512)...)) {
+			t.Fatalf("server memory %q", server.buf[:600])
+		}
+		for _, s := range []*side{client, server} {
+			if e, err := s.mkey.Check(); e != nil || err != nil {
+				t.Fatalf("check: %+v %v", e, err)
+			}
+			if _, err := s.qp.PostSend([]verbs.SendWR{{WRID: 4, Opcode: verbs.WRLocalInv, InvalidateRKey: s.mkey.LKey, Flags: verbs.SendSignaled}}); err != nil {
+				t.Fatal(err)
+			}
+			if wc := wait(t, s, 1)[0]; wc.Status != verbs.WCSuccess {
+				t.Fatalf("local invalidate: %+v", wc)
+			}
+		}
+	}
+	// CRC32 in memory over 512 + 4 bytes whose CRC is garbage: the SEND
+	// completes, the client's key has BAD_GUARD.
+	cm, _ := client.pd.CreateMkey(verbs.MkeyIndirect|verbs.MkeyBlockSignature, 3)
+	configure(t, client, &verbs.MkeyConfig{Mkey: cm, Access: verbs.AccessLocalWrite, SetAccess: true, List: []verbs.SGE{client.mr.SGE(0, 516)},
+		Sig: &verbs.SigBlock{Mem: &verbs.SigBlockDomain{Type: verbs.SigBlockCRC, BlockSize: 512, CRC: verbs.CRC32, Seed: 0xFFFFFFFF}, CheckMask: 0xF0}})
+	sm, _ := server.pd.CreateMkey(verbs.MkeyIndirect|verbs.MkeyBlockSignature, 3)
+	configure(t, server, &verbs.MkeyConfig{Mkey: sm, Access: verbs.AccessLocalWrite, SetAccess: true, List: []verbs.SGE{server.mr.SGE(0, 512)}})
+	cw, sw := sendThrough(t, client, server, cm.LKey, sm.LKey, 512)
+	if cw.Status != verbs.WCSuccess || sw.Status != verbs.WCSuccess {
+		t.Fatalf("%+v %+v", cw, sw)
+	}
+	client.cq.Poll(make([]verbs.WC, 4)) // the SIG_ERR CQE, if it came after
+	if e, err := cm.Check(); err != nil || e == nil || e.Type != verbs.MkeyBadGuard || e.Offset != 0 {
+		t.Fatalf("client check: %+v %v", e, err)
+	}
+	if e, _ := sm.Check(); e != nil {
+		t.Fatalf("server check: %+v", e)
+	}
+}
+
+func TestMkeyBadUse(t *testing.T) {
+	dev := hca.New(hca.Options{})
+	defer dev.Close()
+	s, peer := intSide(t, dev), intSide(t, dev)
+	connect(t, s, peer)
+	if _, err := s.pd.CreateMkey(0, 4); !errors.Is(err, verbs.ErrInvalid) {
+		t.Errorf("no flags: %v", err)
+	}
+	m, err := s.pd.CreateMkey(verbs.MkeyIndirect, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Check(); !errors.Is(err, verbs.ErrInvalid) {
+		t.Errorf("check of a key without signature: %v", err)
+	}
+	sg := make([]verbs.SGE, 5)
+	for i := range sg {
+		sg[i] = s.mr.SGE(64*i, 8)
+	}
+	for _, c := range []struct {
+		name string
+		cfg  verbs.MkeyConfig
+		want error
+	}{
+		{"layout past the entries", verbs.MkeyConfig{Mkey: m, List: sg}, verbs.ErrMkeyLayout},
+		{"signature without BLOCK_SIGNATURE", verbs.MkeyConfig{Mkey: m, Sig: &verbs.SigBlock{Wire: &verbs.SigBlockDomain{BlockSize: 512}}}, verbs.ErrInvalid},
+	} {
+		if _, err := s.qp.PostSend([]verbs.SendWR{{Opcode: verbs.WRMkeyConfigure, Mkey: &c.cfg}}); !errors.Is(err, c.want) {
+			t.Errorf("%s: %v, want %v", c.name, err, c.want)
+		}
+	}
+	sm, err := s.pd.CreateMkey(verbs.MkeyBlockSignature, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []verbs.SigBlockDomain{
+		{Type: verbs.SigBlockT10DIF, BlockSize: 1000},
+		{Type: verbs.SigBlockT10DIF, BlockSize: 512, Bg: 5},
+		{Type: verbs.SigBlockCRC, BlockSize: 512, CRC: 7},
+		{Type: verbs.SigBlockCRC, BlockSize: 512, Seed: 3},
+	} {
+		cfg := verbs.MkeyConfig{Mkey: sm, Sig: &verbs.SigBlock{Mem: &d}}
+		if _, err := s.qp.PostSend([]verbs.SendWR{{Opcode: verbs.WRMkeyConfigure, Mkey: &cfg}}); !errors.Is(err, verbs.ErrInvalid) {
+			t.Errorf("domain %+v: %v", d, err)
+		}
+	}
+	if err := sm.Destroy(); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Destroy(); err != nil {
+		t.Fatal(err)
+	}
+}
