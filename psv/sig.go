@@ -207,7 +207,14 @@ func (s *Sig) Config(toWire bool, first uint64) t10dif.Config {
 			d.RefTag = (d.RefTag + first*uint64(s.Unit/d.Interval)) & d.Format.RefTagMax()
 		}
 	}
-	return t10dif.Config{In: in, Out: out, Check: s.Check, Copy: s.Copy}
+	// A CRC32 block signature has 4 bytes: the mask bits past them mean
+	// nothing to it (mlx5's check mask for CRC32 is 0xF0).
+	check, cpy := s.Check, s.Copy
+	if in.Format.IsCRC() {
+		check &= in.Format.GuardMask()
+		cpy &= in.Format.GuardMask()
+	}
+	return t10dif.Config{In: in, Out: out, Check: check, Copy: cpy}
 }
 
 // InputIsMemory reports which domain a direction checks: the memory domain

@@ -24,6 +24,7 @@ var perfOpts struct {
 	json     *bool
 	pi       *string
 	interval *int
+	mkey     *bool
 	cpuprof  *string
 	connect  *string
 	role     *string
@@ -42,6 +43,7 @@ var perfCmd = &command{
 		perfOpts.json = fs.Bool("json", false, "print only one JSON object (progress goes to standard error)")
 		perfOpts.pi = fs.String("pi", "none", "protection information through a signature key on the data's side: none, insert (memory plain, wire T10-DIF), strip (memory T10-DIF, wire plain) or pass (both)")
 		perfOpts.interval = fs.Int("interval", 4096, "protection interval for --pi")
+		perfOpts.mkey = fs.Bool("mkey", false, "with --pi: configure the signature key the mlx5dv way (CreateMkey and an mkey configure in the send queue, PI interleaved in memory) instead of the kernel's REG_MR_INTEGRITY")
 		perfOpts.cpuprof = fs.String("cpuprofile", "", "write a CPU profile of the run to this file (go tool pprof)")
 		perfOpts.connect = fs.String("connect", "", "run against the daemon at this socket (hcasim serve): both sides are clients of it")
 		perfOpts.role = fs.String("role", "both", "with --connect: both (one process plays both sides), server (the passive side, in its own process: it takes the operation and sizes from the client) or client")
@@ -99,7 +101,7 @@ func runPerf(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) error {
 		return errUsage
 	}
 	size, qd, dur := *perfOpts.size, *perfOpts.qd, *perfOpts.duration
-	pi := perfPI{mode: *perfOpts.pi, interval: *perfOpts.interval}
+	pi := perfPI{mode: *perfOpts.pi, interval: *perfOpts.interval, mkey: *perfOpts.mkey}
 	if err := perfCheck(op, size, qd, dur, pi); err != nil {
 		return err
 	}
@@ -183,12 +185,16 @@ type perfEnd struct {
 type perfPI struct {
 	mode     string
 	interval int
+	mkey     bool // configure an mlx5dv mkey (mkeyKey) instead of an integrity MR
 }
 
 // sigKey registers, on side e (its QP posts the registration), an
 // integrity MR over e's buffer as the mode says, and returns its key and
 // the wire length of size data bytes.
 func (p *perfPI) sigKey(e *perfEnd, size int) (uint32, int, error) {
+	if p.mkey {
+		return p.mkeyKey(e, size)
+	}
 	iv := p.interval
 	blocks := size / iv
 	data := e.mr.SGE(0, size)
@@ -222,25 +228,74 @@ func (p *perfPI) sigKey(e *perfEnd, size int) (uint32, int, error) {
 		Access: verbs.AccessLocalWrite | verbs.AccessRemoteRead | verbs.AccessRemoteWrite}}); err != nil {
 		return 0, 0, err
 	}
-	wcs := make([]verbs.WC, 4)
-	deadline := time.Now().Add(5 * time.Second)
-	for got := 0; got < 1; {
-		n, _ := e.cq.Poll(wcs)
-		for _, wc := range wcs[:n] {
-			if wc.Status != verbs.WCSuccess {
-				return 0, 0, fmt.Errorf("registration: %v", wc.Status)
-			}
-		}
-		got += n
-		if time.Now().After(deadline) {
-			return 0, 0, errors.New("registration did not complete")
-		}
+	if err := waitRegistration(e, "registration"); err != nil {
+		return 0, 0, err
 	}
 	wire := size
 	if wirePI {
 		wire = blocks * (iv + 8)
 	}
 	return mr.RKey, wire, nil
+}
+
+// mkeyKey is sigKey the mlx5dv way: a BLOCK_SIGNATURE mkey configured in
+// e's send queue, its memory layout e's buffer (with PI interleaved after
+// each block when memory carries it).
+func (p *perfPI) mkeyKey(e *perfEnd, size int) (uint32, int, error) {
+	iv := p.interval
+	blocks := size / iv
+	memPI := p.mode == "strip" || p.mode == "pass"
+	wirePI := p.mode == "insert" || p.mode == "pass"
+	dom := &verbs.SigBlockDomain{Type: verbs.SigBlockT10DIF, BlockSize: iv, RefTag: 0x100, RefRemap: true, AppEscape: true}
+	sig := &verbs.SigBlock{CheckMask: 0xFF}
+	memLen := size
+	if memPI {
+		sig.Mem, memLen = dom, blocks*(iv+8)
+		d := t10dif.Domain{Format: t10dif.FormatPI8, Type: t10dif.Type1, Interval: iv, RefTag: 0x100}
+		if _, err := t10dif.Generate(d, t10dif.Buf{Data: e.mr.Buf[:memLen]}, append([]byte(nil), e.mr.Buf[:size]...)); err != nil {
+			return 0, 0, err
+		}
+	}
+	if wirePI {
+		sig.Wire = dom
+	}
+	m, err := e.pd.CreateMkey(verbs.MkeyIndirect|verbs.MkeyBlockSignature, 1)
+	if err != nil {
+		return 0, 0, err
+	}
+	cfg := &verbs.MkeyConfig{Mkey: m, SetAccess: true, Access: verbs.AccessLocalWrite | verbs.AccessRemoteRead | verbs.AccessRemoteWrite,
+		List: []verbs.SGE{e.mr.SGE(0, memLen)}, Sig: sig}
+	if _, err := e.qp.PostSend([]verbs.SendWR{{WRID: 1 << 62, Opcode: verbs.WRMkeyConfigure, Mkey: cfg, Flags: verbs.SendSignaled}}); err != nil {
+		return 0, 0, err
+	}
+	if err := waitRegistration(e, "mkey configure"); err != nil {
+		return 0, 0, err
+	}
+	wire := size
+	if wirePI {
+		wire = blocks * (iv + 8)
+	}
+	return m.LKey, wire, nil
+}
+
+// waitRegistration waits for the one completion of a key's registration
+// on e's CQ.
+func waitRegistration(e *perfEnd, what string) error {
+	wcs := make([]verbs.WC, 4)
+	deadline := time.Now().Add(5 * time.Second)
+	for got := 0; got < 1; {
+		n, _ := e.cq.Poll(wcs)
+		for _, wc := range wcs[:n] {
+			if wc.Status != verbs.WCSuccess {
+				return fmt.Errorf("%s: %v", what, wc.Status)
+			}
+		}
+		got += n
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s did not complete", what)
+		}
+	}
+	return nil
 }
 
 // writeSG is a WRITE's source through a signature key on side a (the
