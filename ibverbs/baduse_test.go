@@ -53,6 +53,16 @@ func TestBadUse(t *testing.T) {
 	frontendtest.Run(t, 20*time.Second, lib, sock, "ibv_devices")
 }
 
+// TestLifetimes: threads posting to one QP, a poll inside a wr_start
+// batch, destroy against events handed out and unread, event waits ended
+// by signals and non-blocking fds, and fork with registered memory the
+// program unmapped, replaced or made read-only (c/test/lifetimes.c).
+func TestLifetimes(t *testing.T) {
+	lib := frontendtest.Lib(t)
+	bin := buildC(t, filepath.Join("c", "test", "lifetimes.c"), "-libverbs", "-lpthread")
+	runChecks(t, lib, frontendtest.Daemon(t), bin, 17)
+}
+
 // TestDVBadUse: bad use of mlx5dv's mkey API (c/test/dvbaduse.c) gets
 // what rdma-core's mlx5 provider gives.
 func TestDVBadUse(t *testing.T) {

@@ -66,6 +66,7 @@ int hc_dial(const char *path, uint16_t *lid)
 		return -1;
 	}
 	strcpy(a.sun_path, path);
+	uint8_t *r = NULL; /* the reply: 64 KiB, not on the caller's stack */
 	int s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
 	if (s < 0)
 		return -1;
@@ -80,9 +81,11 @@ int hc_dial(const char *path, uint16_t *lid)
 		errno = err;
 		goto fail;
 	}
-	uint8_t r[HC_MAX_MSG + 1];
+	r = hc_zalloc(HC_MAX_MSG + 1);
+	if (!r)
+		goto fail;
 	for (;;) {
-		ssize_t n = recv(s, r, sizeof r, 0);
+		ssize_t n = recv(s, r, HC_MAX_MSG + 1, 0);
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n < HC_HDR) {
@@ -98,57 +101,85 @@ int hc_dial(const char *path, uint16_t *lid)
 			goto fail;
 		}
 		*lid = hc_get16(r + HC_HDR + 6);
+		hc_zfree(r);
 		return s;
 	}
 fail:;
 	int e = errno;
+	hc_zfree(r);
 	close(s);
 	errno = e;
 	return -1;
 }
 
+/* dispatch_events hands the daemon's events on. An async event is queued
+ * with its object looked up under obj_mu, which destroy takes to take the
+ * object out of the table and its events off the queue: no event names a
+ * destroyed object. */
 static void dispatch_events(struct hc_context *ctx, const uint8_t *p, size_t len)
 {
 	for (size_t off = 0; off + 8 <= len; off += 8) {
 		int type = p[off];
 		uint32_t obj = hc_get32(p + off + 4) & 0xFFFFFF;
 		struct ibv_async_event ev = {0};
-		switch (type) {
-		case HC_EV_COMPLETION:
+		if (type == HC_EV_COMPLETION) {
 			hc_cq_event(ctx, obj);
 			continue;
+		}
+		pthread_mutex_lock(&ctx->obj_mu);
+		switch (type) {
 		case HC_EV_SQ_DRAINED:
 		case HC_EV_QP_FATAL: {
-			struct hc_qp *qp = hc_find_qp(ctx, obj);
+			struct hc_qp *qp = obj < ctx->nqps ? ctx->qps[obj] : NULL;
 			if (!qp)
-				continue;
+				break;
 			if (type == HC_EV_QP_FATAL)
 				hc_qp_saw_error(qp);
 			ev.element.qp = &qp->qpx.qp_base;
 			ev.event_type = type == HC_EV_SQ_DRAINED ? IBV_EVENT_SQ_DRAINED : IBV_EVENT_QP_FATAL;
+			hc_push_async(ctx, &ev);
 			break;
 		}
 		case HC_EV_CQ_ERROR: {
-			struct hc_cq *cq = hc_find_cq(ctx, obj);
+			struct hc_cq *cq = obj < ctx->ncqs ? ctx->cqs[obj] : NULL;
 			if (!cq)
-				continue;
+				break;
 			ev.element.cq = ibv_cq_ex_to_cq(&cq->cqx);
 			ev.event_type = IBV_EVENT_CQ_ERR;
+			hc_push_async(ctx, &ev);
 			break;
 		}
 		default:
-			continue; /* unknown types are ignored */
+			break; /* unknown types are ignored */
 		}
+		pthread_mutex_unlock(&ctx->obj_mu);
+	}
+}
+
+/* conn_over marks the connection ended: waiting requests fail with EIO,
+ * and the program gets IBV_EVENT_DEVICE_FATAL (once). */
+static void conn_over(struct hc_context *ctx)
+{
+	pthread_mutex_lock(&ctx->mu);
+	int was = ctx->dead;
+	ctx->dead = 1;
+	pthread_cond_broadcast(&ctx->cond);
+	pthread_mutex_unlock(&ctx->mu);
+	if (!was) {
+		struct ibv_async_event ev = {.event_type = IBV_EVENT_DEVICE_FATAL};
+		ev.element.port_num = 1;
 		hc_push_async(ctx, &ev);
 	}
 }
 
 /* reader takes every message the daemon sends: replies go to the waiting
- * request, events to their CQ channels and the async queue. */
+ * request, events to their CQ channels and the async queue. It runs until
+ * the daemon's end-of-file: after that the device touches none of this
+ * process's memory. */
 static void *reader(void *arg)
 {
 	struct hc_context *ctx = arg;
-	uint8_t *buf = malloc(HC_MAX_MSG + 1);
+	uint8_t *buf = hc_zalloc(HC_MAX_MSG + 1);
 	if (!buf)
 		goto dead;
 	for (;;) {
@@ -166,8 +197,10 @@ static void *reader(void *arg)
 			dispatch_events(ctx, buf + HC_HDR, len);
 			continue;
 		}
-		if (type == HC_T_ERROR && id == 0)
-			break; /* the connection is over */
+		if (type == HC_T_ERROR && id == 0) {
+			conn_over(ctx); /* the daemon ends the connection: its end-of-file follows */
+			continue;
+		}
 		pthread_mutex_lock(&ctx->mu);
 		if (id == ctx->want_id && !ctx->reply_ready) {
 			memcpy(ctx->reply, buf + HC_HDR, len);
@@ -179,24 +212,15 @@ static void *reader(void *arg)
 		pthread_mutex_unlock(&ctx->mu);
 	}
 dead:
-	free(buf);
-	pthread_mutex_lock(&ctx->mu);
-	int was = ctx->dead;
-	ctx->dead = 1;
-	pthread_cond_broadcast(&ctx->cond);
-	pthread_mutex_unlock(&ctx->mu);
-	if (!was) {
-		struct ibv_async_event ev = {.event_type = IBV_EVENT_DEVICE_FATAL};
-		ev.element.port_num = 1;
-		hc_push_async(ctx, &ev);
-	}
+	hc_zfree(buf);
+	conn_over(ctx);
 	return NULL;
 }
 
 /* hc_start starts the reader thread, with every signal blocked in it. */
 int hc_start(struct hc_context *ctx)
 {
-	ctx->reply = malloc(HC_MAX_MSG);
+	ctx->reply = hc_zalloc(HC_MAX_MSG);
 	if (!ctx->reply)
 		return ENOMEM;
 	sigset_t all, old;
@@ -219,7 +243,7 @@ void hc_stop(struct hc_context *ctx)
 	if (ctx->reader_started)
 		pthread_join(ctx->reader, NULL);
 	close(ctx->sock);
-	free(ctx->reply);
+	hc_zfree(ctx->reply);
 	ctx->reply = NULL;
 }
 
@@ -267,8 +291,10 @@ int hc_request(struct hc_context *ctx, int type, const void *payload, size_t len
 		goto out;
 	}
 	size_t n = ctx->reply_len < cap ? ctx->reply_len : cap;
-	if (out)
+	if (out) {
 		memcpy(out, ctx->reply, n);
+		memset(out + n, 0, cap - n); /* a short reply reads as zeros, never as stale bytes */
+	}
 	if (outlen)
 		*outlen = ctx->reply_len;
 out:
@@ -362,21 +388,63 @@ int hc_unmap(struct hc_context *ctx, uint64_t iova)
 /* hc_push_async queues an async event and counts it on the async fd. */
 void hc_push_async(struct hc_context *ctx, struct ibv_async_event *ev)
 {
-	struct hc_async *a = malloc(sizeof *a);
+	struct hc_async *a = hc_zalloc(sizeof *a);
 	if (!a)
 		return;
 	a->ev = *ev;
 	a->next = NULL;
 	pthread_mutex_lock(&ctx->mu);
-	if (ctx->async_tail)
+	if (ctx->async_tail) {
 		ctx->async_tail->next = a;
-	else
+	} else {
 		ctx->async_head = a;
+		hc_evfd_set(ctx->vctx.context.async_fd);
+	}
 	ctx->async_tail = a;
 	pthread_mutex_unlock(&ctx->mu);
+}
+
+/* An event queue's eventfd (the async fd, a completion channel's fd) is
+ * readable exactly while the queue holds events: set when the first is
+ * queued, cleared when the last goes, both under the queue's lock. */
+void hc_evfd_set(int fd)
+{
 	uint64_t one = 1;
-	while (write(ctx->vctx.context.async_fd, &one, sizeof one) < 0 && errno == EINTR)
+	while (write(fd, &one, sizeof one) < 0 && errno == EINTR)
 		;
+}
+
+void hc_evfd_clear(int fd)
+{
+	uint64_t v; /* the count is 1: the read does not block */
+	while (read(fd, &v, sizeof v) < 0 && errno == EINTR)
+		;
+}
+
+/* hc_purge_async drops the queued async events of obj (a QP or CQ being
+ * destroyed), as the kernel drops unread events of a destroyed object.
+ * Called with obj_mu held, after obj left its table. */
+void hc_purge_async(struct hc_context *ctx, void *obj)
+{
+	pthread_mutex_lock(&ctx->mu);
+	int had = ctx->async_head != NULL;
+	struct hc_async **p = &ctx->async_head, *last = NULL;
+	while (*p) {
+		struct hc_async *a = *p;
+		int qp_ev = a->ev.event_type == IBV_EVENT_QP_FATAL || a->ev.event_type == IBV_EVENT_SQ_DRAINED;
+		int cq_ev = a->ev.event_type == IBV_EVENT_CQ_ERR;
+		if ((qp_ev && (void *)a->ev.element.qp == obj) || (cq_ev && (void *)a->ev.element.cq == obj)) {
+			*p = a->next;
+			hc_zfree(a);
+			continue;
+		}
+		last = a;
+		p = &a->next;
+	}
+	ctx->async_tail = last;
+	if (had && !ctx->async_head)
+		hc_evfd_clear(ctx->vctx.context.async_fd);
+	pthread_mutex_unlock(&ctx->mu);
 }
 
 void hcasim_unimplemented(const char *name, int *once)

@@ -33,7 +33,8 @@ static int to_wc(struct hc_cq *cq, const uint8_t *e, struct ibv_wc *wc)
 		return 0;
 	}
 	uint32_t qpn = hc_get32(e + 56) & 0xFFFFFF;
-	struct hc_qp *qp = cq->cur_qp && cq->cur_qp->qpx.qp_base.qp_num == qpn ? cq->cur_qp : hc_find_qp(cq->ctx, qpn);
+	struct hc_qp *qp =
+		cq->cur_qp && cq->cur_qp->qpx.qp_base.qp_num == qpn ? cq->cur_qp : hc_find_qp_on(cq->ctx, qpn, cq);
 	if (!qp)
 		return 0;
 	cq->cur_qp = qp;
@@ -109,16 +110,15 @@ void hc_cq_event(struct hc_context *ctx, uint32_t cqn)
 	pthread_mutex_lock(&ctx->obj_mu);
 	struct hc_cq *cq = cqn < ctx->ncqs ? ctx->cqs[cqn] : NULL;
 	struct hc_channel *ch = cq ? cq->channel : NULL;
-	int queued = 0;
 	if (ch) {
 		pthread_mutex_lock(&ch->mu);
 		if (ch->n == ch->cap) {
 			size_t nc = ch->cap ? 2 * ch->cap : 16;
-			struct hc_cq **q = malloc(nc * sizeof *q);
+			struct hc_cq **q = hc_zalloc(nc * sizeof *q);
 			if (q) {
 				for (size_t i = 0; i < ch->n; i++)
 					q[i] = ch->q[(ch->head + i) % ch->cap];
-				free(ch->q);
+				hc_zfree(ch->q);
 				ch->q = q;
 				ch->head = 0;
 				ch->cap = nc;
@@ -126,17 +126,14 @@ void hc_cq_event(struct hc_context *ctx, uint32_t cqn)
 		}
 		if (ch->n < ch->cap) {
 			ch->q[(ch->head + ch->n) % ch->cap] = cq;
-			ch->n++;
-			queued = 1;
+			/* Under ch->mu: the channel cannot be destroyed while a
+			 * CQ found in the table still uses it. */
+			if (ch->n++ == 0)
+				hc_evfd_set(ch->ch.fd);
 		}
 		pthread_mutex_unlock(&ch->mu);
 	}
 	pthread_mutex_unlock(&ctx->obj_mu);
-	if (queued) {
-		uint64_t one = 1;
-		while (write(ch->ch.fd, &one, sizeof one) < 0 && errno == EINTR)
-			;
-	}
 }
 
 /* ibv_cq_ex polling. The current completion is kept in cur. */
@@ -208,7 +205,7 @@ static struct hc_cq *create_cq(struct ibv_context *c, int cqe, void *cq_context,
 	uint8_t log = 0;
 	while ((1u << log) < (unsigned)cqe + 1)
 		log++;
-	struct hc_cq *cq = calloc(1, sizeof *cq);
+	struct hc_cq *cq = hc_zalloc(sizeof *cq);
 	if (!cq) {
 		errno = ENOMEM;
 		return NULL;
@@ -216,7 +213,7 @@ static struct hc_cq *create_cq(struct ibv_context *c, int cqe, void *cq_context,
 	size_t ring = (size_t)CQE_SIZE << log;
 	int err = hc_dma_alloc(ctx, ring + 64, &cq->mem);
 	if (err) {
-		free(cq);
+		hc_zfree(cq);
 		errno = err;
 		return NULL;
 	}
@@ -226,37 +223,41 @@ static struct hc_cq *create_cq(struct ibv_context *c, int cqe, void *cq_context,
 	cq->log = log;
 	for (size_t i = 0; i < (1u << log); i++)
 		cq->ring[i * CQE_SIZE + 63] = 0xF1; /* opcode INVALID, owner 1: mlx5's initialisation */
+	pthread_mutex_init(&cq->lock, NULL);
+	struct ibv_cq_ex *x = &cq->cqx;
+	x->context = c;
+	x->channel = channel;
+	x->cq_context = cq_context;
+	x->cqe = (1 << log) - 1;
+	pthread_mutex_init(&x->mutex, NULL);
+	pthread_cond_init(&x->cond, NULL);
 	uint8_t in[32] = {0}, out[64];
 	hc_cmd_header(in, HC_CMD_CREATE_CQ);
 	in[8] = log;
 	hc_put64(in + 16, cq->mem.iova);
 	hc_put64(in + 24, cq->mem.iova + ring);
 	err = hc_cmd(ctx, in, sizeof in, out, sizeof out, NULL);
-	if (!err) {
-		cq->cqn = hc_get32(out + 8) & 0xFFFFFF;
-		err = hc_table_put(ctx, HC_TAB_CQ, cq->cqn, cq);
-	}
 	if (err) {
 		hc_dma_free(ctx, &cq->mem);
-		free(cq);
+		hc_zfree(cq);
 		errno = err;
 		return NULL;
 	}
-	pthread_mutex_init(&cq->lock, NULL);
-	struct ibv_cq_ex *x = &cq->cqx;
-	x->context = c;
-	x->channel = channel;
-	x->cq_context = cq_context;
+	cq->cqn = hc_get32(out + 8) & 0xFFFFFF;
 	x->handle = cq->cqn;
-	x->cqe = (1 << log) - 1;
-	pthread_mutex_init(&x->mutex, NULL);
-	pthread_cond_init(&x->cond, NULL);
 	if (channel) {
 		struct hc_channel *ch = (struct hc_channel *)channel;
 		pthread_mutex_lock(&ch->mu);
 		ch->ncq++;
 		pthread_mutex_unlock(&ch->mu);
 		cq->channel = ch;
+	}
+	/* In the table last: events and completions find it whole. */
+	err = hc_table_put(ctx, HC_TAB_CQ, cq->cqn, cq);
+	if (err) {
+		ibv_destroy_cq(ibv_cq_ex_to_cq(x));
+		errno = err;
+		return NULL;
 	}
 	return cq;
 }
@@ -316,12 +317,12 @@ HC_EXPORT int ibv_destroy_cq(struct ibv_cq *ibcq)
 	if (err && err != EIO)
 		return err;
 	pthread_mutex_lock(&ctx->obj_mu);
-	if (cq->cqn < ctx->ncqs)
+	if (cq->cqn < ctx->ncqs && ctx->cqs[cq->cqn] == cq)
 		ctx->cqs[cq->cqn] = NULL;
+	hc_purge_async(ctx, ibcq);
 	struct hc_channel *ch = cq->channel;
 	if (ch) {
-		/* Drop its queued events; their counts stay on the eventfd and
-		 * ibv_get_cq_event skips them. */
+		/* Drop its queued events, as the kernel does. */
 		pthread_mutex_lock(&ch->mu);
 		size_t k = 0;
 		for (size_t i = 0; i < ch->n; i++) {
@@ -329,13 +330,21 @@ HC_EXPORT int ibv_destroy_cq(struct ibv_cq *ibcq)
 			if (q != cq)
 				ch->q[(ch->head + k++) % ch->cap] = q;
 		}
+		if (ch->n && !k)
+			hc_evfd_clear(ch->ch.fd);
 		ch->n = k;
 		ch->ncq--;
 		pthread_mutex_unlock(&ch->mu);
 	}
 	pthread_mutex_unlock(&ctx->obj_mu);
+	/* The events handed out must be acked first, as libibverbs waits: a
+	 * thread may still hold the CQ from ibv_get_cq_event. */
+	pthread_mutex_lock(&ibcq->mutex);
+	while (ibcq->comp_events_completed != cq->comp_reported || ibcq->async_events_completed != cq->async_reported)
+		pthread_cond_wait(&ibcq->cond, &ibcq->mutex);
+	pthread_mutex_unlock(&ibcq->mutex);
 	hc_dma_free(ctx, &cq->mem);
-	free(cq);
+	hc_zfree(cq);
 	return 0;
 }
 

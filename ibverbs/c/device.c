@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <poll.h>
 #include <string.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
@@ -114,11 +115,21 @@ static void parse_caps(const uint8_t *o, struct hc_caps *c)
 	c->min_log_page = o[50];
 	c->max_log_page = o[51];
 	c->max_mapped = hc_get64(o + 56);
+	/* Bounds the library's arithmetic relies on (16-bit WQE counters,
+	 * shifts of an int), whatever the daemon says. */
+	if (c->log_max_cq > 24)
+		c->log_max_cq = 24;
+	if (c->log_max_sq > 15)
+		c->log_max_sq = 15;
+	if (c->log_max_rq > 15)
+		c->log_max_rq = 15;
+	if (c->log_max_klm > 16)
+		c->log_max_klm = 16;
 }
 
 static struct ibv_context *open_device(struct ibv_device *device)
 {
-	struct hc_context *ctx = calloc(1, sizeof *ctx);
+	struct hc_context *ctx = hc_zalloc(sizeof *ctx);
 	if (!ctx) {
 		errno = ENOMEM;
 		return NULL;
@@ -127,7 +138,7 @@ static struct ibv_context *open_device(struct ibv_device *device)
 	ctx->sock = hc_dial(hc_socket_path(), &lid);
 	if (ctx->sock < 0) {
 		int e = errno;
-		free(ctx);
+		hc_zfree(ctx);
 		errno = e == ENOENT || e == ECONNREFUSED ? ENODEV : e;
 		return NULL;
 	}
@@ -169,8 +180,8 @@ fail:
 		close(ctx->sock);
 	if (c->async_fd >= 0)
 		close(c->async_fd);
-	free(ctx->reply);
-	free(ctx);
+	hc_zfree(ctx->reply);
+	hc_zfree(ctx);
 	errno = err;
 	return NULL;
 }
@@ -192,12 +203,12 @@ HC_EXPORT int ibv_close_device(struct ibv_context *c)
 	close(c->async_fd);
 	for (struct hc_async *a = ctx->async_head, *n; a; a = n) {
 		n = a->next;
-		free(a);
+		hc_zfree(a);
 	}
-	free(ctx->cqs);
-	free(ctx->qps);
-	free(ctx->mkeys);
-	free(ctx);
+	hc_zfree(ctx->cqs);
+	hc_zfree(ctx->qps);
+	hc_zfree(ctx->mkeys);
+	hc_zfree(ctx);
 	return 0;
 }
 
@@ -405,7 +416,7 @@ HC_EXPORT int ibv_dealloc_pd(struct ibv_pd *pd)
 /* Completion channels. */
 HC_EXPORT struct ibv_comp_channel *ibv_create_comp_channel(struct ibv_context *c)
 {
-	struct hc_channel *ch = calloc(1, sizeof *ch);
+	struct hc_channel *ch = hc_zalloc(sizeof *ch);
 	if (!ch) {
 		errno = ENOMEM;
 		return NULL;
@@ -413,7 +424,7 @@ HC_EXPORT struct ibv_comp_channel *ibv_create_comp_channel(struct ibv_context *c
 	ch->ch.fd = eventfd(0, EFD_CLOEXEC | EFD_SEMAPHORE);
 	if (ch->ch.fd < 0) {
 		int e = errno;
-		free(ch);
+		hc_zfree(ch);
 		errno = e;
 		return NULL;
 	}
@@ -433,41 +444,47 @@ HC_EXPORT int ibv_destroy_comp_channel(struct ibv_comp_channel *channel)
 		return EBUSY;
 	}
 	close(ch->ch.fd);
-	free(ch->q);
-	free(ch);
+	hc_zfree(ch->q);
+	hc_zfree(ch);
 	return 0;
 }
 
-/* read_counter takes one count from an eventfd (blocking unless the
- * program made it non-blocking). */
-static int read_counter(int fd)
+/* wait_event waits until an event queue's eventfd is readable (it is
+ * while the queue holds events). It returns -1 with EAGAIN if the program
+ * made the fd non-blocking, and with EINTR if a signal ends the wait, as
+ * libibverbs' read of the kernel's event file does. */
+static int wait_event(int fd)
 {
-	uint64_t v;
-	for (;;) {
-		ssize_t n = read(fd, &v, sizeof v);
-		if (n == sizeof v)
-			return 0;
-		if (n < 0 && errno == EINTR)
-			continue;
+	int fl = fcntl(fd, F_GETFL);
+	if (fl >= 0 && (fl & O_NONBLOCK)) {
+		errno = EAGAIN;
 		return -1;
 	}
+	struct pollfd p = {.fd = fd, .events = POLLIN};
+	return poll(&p, 1, -1) < 0 ? -1 : 0;
 }
 
 HC_EXPORT int ibv_get_cq_event(struct ibv_comp_channel *channel, struct ibv_cq **cq, void **cq_context)
 {
 	struct hc_channel *ch = (struct hc_channel *)channel;
 	for (;;) {
-		if (read_counter(ch->ch.fd) < 0)
-			return -1;
 		pthread_mutex_lock(&ch->mu);
 		if (ch->n == 0) {
-			/* The event's CQ was destroyed after it was counted. */
 			pthread_mutex_unlock(&ch->mu);
+			if (wait_event(ch->ch.fd) < 0)
+				return -1;
 			continue;
 		}
 		struct hc_cq *q = ch->q[ch->head];
 		ch->head = (ch->head + 1) % ch->cap;
-		ch->n--;
+		if (--ch->n == 0)
+			hc_evfd_clear(ch->ch.fd);
+		/* Counted before ch->mu is released: ibv_destroy_cq takes the
+		 * CQ's events off the queue under ch->mu, then waits for the
+		 * acks of those already handed out. */
+		pthread_mutex_lock(&q->cqx.mutex);
+		q->comp_reported++;
+		pthread_mutex_unlock(&q->cqx.mutex);
 		pthread_mutex_unlock(&ch->mu);
 		*cq = ibv_cq_ex_to_cq(&q->cqx);
 		*cq_context = q->cqx.cq_context;
@@ -484,29 +501,68 @@ HC_EXPORT void ibv_ack_cq_events(struct ibv_cq *cq, unsigned int nevents)
 }
 
 /* Async events. */
+
+/* async_count counts an event of a QP or CQ handed to the program (ack 0)
+ * or acked (ack 1), under the object's mutex, as libibverbs counts them. */
+static void async_count(const struct ibv_async_event *ev, int ack)
+{
+	switch (ev->event_type) {
+	case IBV_EVENT_QP_FATAL:
+	case IBV_EVENT_SQ_DRAINED: {
+		struct ibv_qp *q = ev->element.qp;
+		pthread_mutex_lock(&q->mutex);
+		if (ack)
+			q->events_completed++;
+		else
+			hc_qp(q)->async_reported++;
+		pthread_cond_signal(&q->cond);
+		pthread_mutex_unlock(&q->mutex);
+		break;
+	}
+	case IBV_EVENT_CQ_ERR: {
+		struct ibv_cq *c = ev->element.cq;
+		pthread_mutex_lock(&c->mutex);
+		if (ack)
+			c->async_events_completed++;
+		else
+			hc_cq(c)->async_reported++;
+		pthread_cond_signal(&c->cond);
+		pthread_mutex_unlock(&c->mutex);
+		break;
+	}
+	default:
+		break;
+	}
+}
 HC_EXPORT int ibv_get_async_event(struct ibv_context *c, struct ibv_async_event *ev)
 {
 	struct hc_context *ctx = hc_ctx(c);
 	for (;;) {
-		if (read_counter(c->async_fd) < 0)
-			return -1;
 		pthread_mutex_lock(&ctx->mu);
 		struct hc_async *a = ctx->async_head;
 		if (a) {
 			ctx->async_head = a->next;
-			if (!a->next)
+			if (!a->next) {
 				ctx->async_tail = NULL;
+				hc_evfd_clear(c->async_fd);
+			}
+			async_count(&a->ev, 0); /* before mu goes: see hc_purge_async */
 		}
 		pthread_mutex_unlock(&ctx->mu);
-		if (!a)
+		if (!a) {
+			if (wait_event(c->async_fd) < 0)
+				return -1;
 			continue;
+		}
 		*ev = a->ev;
-		free(a);
+		hc_zfree(a);
 		return 0;
 	}
 }
 
-HC_EXPORT void ibv_ack_async_event(struct ibv_async_event *ev) { (void)ev; }
+/* ibv_ack_async_event acks an event of a QP or CQ: ibv_destroy_qp and
+ * ibv_destroy_cq wait until every event handed out has been acked. */
+HC_EXPORT void ibv_ack_async_event(struct ibv_async_event *ev) { async_count(ev, 1); }
 
 /* Object tables: CQs and QPs by number, for events and completions. The
  * numbers are small (the device hands them out from a low base), so a
@@ -516,16 +572,22 @@ int hc_table_put(struct hc_context *ctx, int kind, uint32_t num, void *obj)
 	pthread_mutex_lock(&ctx->obj_mu);
 	void ***tab = kind == HC_TAB_QP ? (void ***)&ctx->qps : kind == HC_TAB_CQ ? (void ***)&ctx->cqs : (void ***)&ctx->mkeys;
 	size_t *n = kind == HC_TAB_QP ? &ctx->nqps : kind == HC_TAB_CQ ? &ctx->ncqs : &ctx->nmkeys;
+	if (num >= *n && (!obj || num >= 1u << 24)) {
+		pthread_mutex_unlock(&ctx->obj_mu);
+		return obj ? EPROTO : 0; /* object numbers are 24 bits */
+	}
 	if (num >= *n) {
 		size_t nn = *n ? *n : 64;
 		while (nn <= num)
 			nn *= 2;
-		void **t = realloc(*tab, nn * sizeof *t);
+		void **t = hc_zalloc(nn * sizeof *t);
 		if (!t) {
 			pthread_mutex_unlock(&ctx->obj_mu);
 			return ENOMEM;
 		}
-		memset(t + *n, 0, (nn - *n) * sizeof *t);
+		if (*n)
+			memcpy(t, *tab, *n * sizeof *t);
+		hc_zfree(*tab);
 		*tab = t;
 		*n = nn;
 	}
@@ -534,28 +596,15 @@ int hc_table_put(struct hc_context *ctx, int kind, uint32_t num, void *obj)
 	return 0;
 }
 
-void hc_table_del(struct hc_context *ctx, int kind, uint32_t num) { hc_table_put(ctx, kind, num, NULL); }
-
-struct hc_mkey *hc_find_mkey(struct hc_context *ctx, uint32_t index)
-{
-	pthread_mutex_lock(&ctx->obj_mu);
-	struct hc_mkey *m = index < ctx->nmkeys ? ctx->mkeys[index] : NULL;
-	pthread_mutex_unlock(&ctx->obj_mu);
-	return m;
-}
-
-struct hc_cq *hc_find_cq(struct hc_context *ctx, uint32_t cqn)
-{
-	pthread_mutex_lock(&ctx->obj_mu);
-	struct hc_cq *q = cqn < ctx->ncqs ? ctx->cqs[cqn] : NULL;
-	pthread_mutex_unlock(&ctx->obj_mu);
-	return q;
-}
-
-struct hc_qp *hc_find_qp(struct hc_context *ctx, uint32_t qpn)
+/* hc_find_qp_on returns QP qpn if it completes on cq. The caller holds
+ * cq's lock: a QP on cq cannot be freed while it is held (destroy cleans
+ * its CQs first). */
+struct hc_qp *hc_find_qp_on(struct hc_context *ctx, uint32_t qpn, struct hc_cq *cq)
 {
 	pthread_mutex_lock(&ctx->obj_mu);
 	struct hc_qp *q = qpn < ctx->nqps ? ctx->qps[qpn] : NULL;
+	if (q && q->scq != cq && q->rcq != cq)
+		q = NULL;
 	pthread_mutex_unlock(&ctx->obj_mu);
 	return q;
 }

@@ -210,6 +210,10 @@ struct hc_cq {
 	struct ibv_wc cur;    /* ibv_cq_ex polling: the current completion */
 	int ex;		/* created with ibv_create_cq_ex */
 	unsigned empty; /* polls in a row that found nothing */
+	/* Events handed to the program (under the ibv_cq's mutex): destroy
+	 * waits until ibv_ack_cq_events and ibv_ack_async_event have acked
+	 * as many, as libibverbs does. */
+	unsigned comp_reported, async_reported;
 };
 
 struct hc_qp {
@@ -225,7 +229,8 @@ struct hc_qp {
 	struct hc_cq *scq, *rcq;
 
 	pthread_mutex_t smu; /* the send side */
-	uint16_t cur_post, sq_tail;
+	uint16_t cur_post;
+	_Atomic uint16_t sq_tail; /* moved by the poller, which does not take smu */
 	uint64_t *wrid;
 	uint8_t *wrop; /* enum ibv_wc_opcode of each WQE's first slot */
 	uint8_t *nbb;
@@ -239,6 +244,7 @@ struct hc_qp {
 	/* Attributes the driver keeps (query_qp). */
 	struct ibv_qp_attr attr;
 	int hint_off; /* offset of the doorbell hint word */
+	unsigned async_reported; /* async events handed to the program, under the ibv_qp's mutex */
 
 	/* The wr_* API: the WQE being built. */
 	int wr_err;
@@ -295,10 +301,14 @@ int hc_arm(struct hc_context *ctx, uint32_t cqn, uint32_t word);
 int hc_map(struct hc_context *ctx, int fd, uint64_t size, uint32_t align, uint64_t *iova);
 int hc_unmap(struct hc_context *ctx, uint64_t iova);
 void hc_push_async(struct hc_context *ctx, struct ibv_async_event *ev);
+void hc_evfd_set(int fd);
+void hc_evfd_clear(int fd);
 void hc_cmd_header(uint8_t *in, uint16_t opcode);
 int hc_status_errno(int status);
 
 /* mem.c */
+void *hc_zalloc(size_t len);
+void hc_zfree(void *p);
 int hc_dma_alloc(struct hc_context *ctx, size_t len, struct hc_dma *d);
 void hc_dma_free(struct hc_context *ctx, struct hc_dma *d);
 void hc_mr_context_closed(struct hc_context *ctx);
@@ -306,10 +316,8 @@ void hc_mr_context_closed(struct hc_context *ctx);
 /* objects: tables by number */
 enum { HC_TAB_CQ, HC_TAB_QP, HC_TAB_MKEY };
 int hc_table_put(struct hc_context *ctx, int kind, uint32_t num, void *obj);
-void hc_table_del(struct hc_context *ctx, int kind, uint32_t num);
-struct hc_mkey *hc_find_mkey(struct hc_context *ctx, uint32_t index);
-struct hc_cq *hc_find_cq(struct hc_context *ctx, uint32_t cqn);
-struct hc_qp *hc_find_qp(struct hc_context *ctx, uint32_t qpn);
+struct hc_qp *hc_find_qp_on(struct hc_context *ctx, uint32_t qpn, struct hc_cq *cq);
+void hc_purge_async(struct hc_context *ctx, void *obj);
 
 /* cq.c */
 void hc_cq_event(struct hc_context *ctx, uint32_t cqn);

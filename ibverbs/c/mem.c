@@ -18,6 +18,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,6 +47,35 @@ static int new_memfd(const char *name, size_t size)
 		return -1;
 	}
 	return fd;
+}
+
+/* hc_zalloc returns len zeroed bytes on pages of their own, or NULL with
+ * errno set. The library's objects (contexts, queues, keys, events) live
+ * there, never on a page with the program's buffers: registration and
+ * fork move whole pages, and a write by another thread (the reader, a
+ * poller) to a page while it moves would be lost. */
+void *hc_zalloc(size_t len)
+{
+	if (len > SIZE_MAX - 16 - PAGE) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	size_t size = (len + 16 + PAGE - 1) & ~(PAGE - 1);
+	uint8_t *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (p == MAP_FAILED)
+		return NULL;
+	memcpy(p, &size, sizeof size);
+	return p + 16;
+}
+
+void hc_zfree(void *q)
+{
+	if (!q)
+		return;
+	uint8_t *p = (uint8_t *)q - 16;
+	size_t size;
+	memcpy(&size, p, sizeof size);
+	munmap(p, size);
 }
 
 /* hc_dma_alloc allocates len zeroed bytes shared with the daemon. */
@@ -224,17 +254,23 @@ static void move_on_side(void)
 
 struct move *hc_cur_move; /* under regions_mu */
 
+/* move_pages runs a move with every signal blocked (a handler could write
+ * the moving pages, or run on them) on a side stack below a guard page. */
 static int move_pages(void *from, void *to, size_t len)
 {
 	const size_t stack = 64 * 1024;
-	void *st = mmap(NULL, stack, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	uint8_t *st = mmap(NULL, PAGE + stack, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	if (st == MAP_FAILED)
 		return errno;
-	struct move *m = calloc(1, sizeof *m); /* not on the stack being moved */
-	if (!m) {
-		munmap(st, stack);
+	struct move *m = hc_zalloc(sizeof *m); /* not on the stack being moved */
+	if (!m || mprotect(st, PAGE, PROT_NONE) < 0) {
+		hc_zfree(m);
+		munmap(st, PAGE + stack);
 		return ENOMEM;
 	}
+	sigset_t all, old;
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
 	m->from = from;
 	m->to = to;
 	m->len = len;
@@ -243,7 +279,7 @@ static int move_pages(void *from, void *to, size_t len)
 	if (getcontext(&m->side) < 0) {
 		err = errno;
 	} else {
-		m->side.uc_stack.ss_sp = st;
+		m->side.uc_stack.ss_sp = st + PAGE;
 		m->side.uc_stack.ss_size = stack;
 		m->side.uc_link = &m->back;
 		makecontext(&m->side, move_on_side, 0);
@@ -254,8 +290,9 @@ static int move_pages(void *from, void *to, size_t len)
 			err = m->err;
 		hc_cur_move = NULL;
 	}
-	free(m);
-	munmap(st, stack);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	hc_zfree(m);
+	munmap(st, PAGE + stack);
 	return err;
 }
 
@@ -419,48 +456,6 @@ static void region_put(struct region *r)
 	region_release(r);
 }
 
-/* Fork. A region's pages are MAP_SHARED memfd pages: a child would share
- * them with the parent — and if they hold a thread's stack, both would run
- * on the same frames. So around fork() every region is put back on
- * private anonymous memory (the child gets a copy, as the kernel gives a
- * child copies of pinned pages), and in the parent moved onto its memfd
- * again. The device keeps its mapping of the memfd throughout; what it
- * writes there while fork() runs is overwritten by the parent's copy. */
-static void fork_prepare(void)
-{
-	pthread_mutex_lock(&regions_mu);
-	for (struct region *r = regions; r; r = r->next) {
-		size_t len = r->end - r->start;
-		void *q = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-		r->forked = q != MAP_FAILED && move_pages(q, (void *)r->start, len) == 0;
-		if (q != MAP_FAILED && !r->forked)
-			munmap(q, len);
-	}
-}
-
-static void fork_parent(void)
-{
-	for (struct region *r = regions; r; r = r->next) {
-		if (!r->forked)
-			continue;
-		r->forked = 0;
-		size_t len = r->end - r->start;
-		void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, r->fd, (off_t)r->pad);
-		if (p != MAP_FAILED && move_pages(p, (void *)r->start, len) != 0)
-			munmap(p, len);
-	}
-	pthread_mutex_unlock(&regions_mu);
-}
-
-static void fork_child(void)
-{
-	for (struct region *r = regions; r; r = r->next)
-		r->forked = 0;
-	pthread_mutex_unlock(&regions_mu);
-}
-
-static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
-static void fork_register(void) { pthread_atfork(fork_prepare, fork_parent, fork_child); }
 
 /* The device IOVA of address a of region r through mapping m. */
 static uint64_t dev_iova(struct region *r, struct rmap *m, uintptr_t a)
@@ -488,19 +483,13 @@ static struct region *find_region(uintptr_t a)
 	return NULL;
 }
 
-/* cover makes every page of [s, e) part of a region and returns them in
- * address order. Called with regions_mu held. */
 /* drop_stale unlinks the regions over [s, e) whose pages are no longer
  * theirs: the program unmapped or replaced them (while an MR was still
  * registered, or after a context closed with MRs registered). Their
  * holders still release them; new registrations get regions of their
  * own. Called with regions_mu held. */
-static void drop_stale(uintptr_t s, uintptr_t e)
+static void drop_stale_in(struct vma *v, size_t n, uintptr_t s, uintptr_t e)
 {
-	struct vma *v;
-	size_t n;
-	if (read_vmas(s, e, &v, &n))
-		return;
 	for (struct region **p = &regions; *p;) {
 		struct region *r = *p;
 		uintptr_t a = r->start > s ? r->start : s, b = r->end < e ? r->end : e;
@@ -520,9 +509,99 @@ static void drop_stale(uintptr_t s, uintptr_t e)
 		r->next = NULL;
 		r->stale = 1;
 	}
+}
+
+static void drop_stale(uintptr_t s, uintptr_t e)
+{
+	struct vma *v;
+	size_t n;
+	if (read_vmas(s, e, &v, &n))
+		return;
+	drop_stale_in(v, n, s, e);
 	free(v);
 }
 
+/* Fork. A region's pages are MAP_SHARED memfd pages: a child would share
+ * them with the parent — and if they hold a thread's stack, both would run
+ * on the same frames. So around fork() every region is put back on
+ * private anonymous memory (the child gets a copy, as the kernel gives a
+ * child copies of pinned pages), and in the parent moved onto its memfd
+ * again. The device keeps its mapping of the memfd throughout; what it
+ * writes there while fork() runs is overwritten by the parent's copy.
+ * Regions whose pages the program has unmapped or replaced are dropped
+ * first (they are not moved: the pages there are the program's); regions
+ * with pages it cannot read (PROT_NONE) stay shared with the child. Each
+ * move keeps the pages' protections. */
+static struct vma *fork_vmas; /* under regions_mu, from fork_prepare to the end of fork */
+static size_t fork_nvmas;
+
+static int region_readable(struct region *r)
+{
+	for (size_t i = 0; i < fork_nvmas; i++)
+		if (fork_vmas[i].end > r->start && fork_vmas[i].start < r->end && !(fork_vmas[i].prot & PROT_READ))
+			return 0;
+	return 1;
+}
+
+static void fork_prepare(void)
+{
+	pthread_mutex_lock(&regions_mu);
+	if (!regions || read_vmas(0, UINTPTR_MAX, &fork_vmas, &fork_nvmas)) {
+		fork_vmas = NULL;
+		fork_nvmas = 0;
+		return; /* nothing registered, or no way to tell what is still ours: nothing moves */
+	}
+	drop_stale_in(fork_vmas, fork_nvmas, 0, UINTPTR_MAX);
+	for (struct region *r = regions; r; r = r->next) {
+		size_t len = r->end - r->start;
+		r->forked = 0;
+		if (!region_readable(r))
+			continue;
+		void *q = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		r->forked = q != MAP_FAILED && move_pages(q, (void *)r->start, len) == 0;
+		if (q != MAP_FAILED && !r->forked)
+			munmap(q, len);
+		if (r->forked)
+			restore_prot(fork_vmas, fork_nvmas, r->start, r->end);
+	}
+}
+
+static void fork_done(void)
+{
+	free(fork_vmas);
+	fork_vmas = NULL;
+	fork_nvmas = 0;
+	pthread_mutex_unlock(&regions_mu);
+}
+
+static void fork_parent(void)
+{
+	for (struct region *r = regions; fork_vmas && r; r = r->next) {
+		if (!r->forked)
+			continue;
+		r->forked = 0;
+		size_t len = r->end - r->start;
+		void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, r->fd, (off_t)r->pad);
+		if (p != MAP_FAILED && move_pages(p, (void *)r->start, len) != 0)
+			munmap(p, len);
+		else if (p != MAP_FAILED)
+			restore_prot(fork_vmas, fork_nvmas, r->start, r->end);
+	}
+	fork_done();
+}
+
+static void fork_child(void)
+{
+	for (struct region *r = regions; r; r = r->next)
+		r->forked = 0;
+	fork_done();
+}
+
+static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
+static void fork_register(void) { pthread_atfork(fork_prepare, fork_parent, fork_child); }
+
+/* cover makes every page of [s, e) part of a region and returns them in
+ * address order. Called with regions_mu held. */
 static int cover(uintptr_t s, uintptr_t e, struct region ***out, size_t *nout)
 {
 	size_t cap = 4, n = 0;
@@ -734,13 +813,13 @@ HC_EXPORT struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t 
 {
 	struct hc_context *ctx = hc_ctx(pd->context);
 	int err = mr_check(ctx, addr, length, iova, &access);
-	struct hc_mr *m = err ? NULL : calloc(1, sizeof *m);
+	struct hc_mr *m = err ? NULL : hc_zalloc(sizeof *m);
 	if (!err && !m)
 		err = ENOMEM;
 	if (!err)
 		err = mr_make(ctx, pd, addr, length, iova, access, m);
 	if (err) {
-		free(m);
+		hc_zfree(m);
 		errno = err;
 		return NULL;
 	}
@@ -827,7 +906,7 @@ HC_EXPORT int ibv_dereg_mr(struct ibv_mr *mr)
 	pthread_mutex_lock(&regions_mu);
 	mr_drop(m);
 	pthread_mutex_unlock(&regions_mu);
-	free(m);
+	hc_zfree(m);
 	return 0;
 }
 

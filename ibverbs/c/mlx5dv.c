@@ -48,6 +48,7 @@ struct hc_mkey {
 	uint16_t num_desc;
 	int sig;
 	uint32_t psv_mem, psv_wire;
+	int have_mem, have_wire, have_key; /* what the device still holds (destroy may be retried) */
 	uint64_t length; /* of the last layout */
 	int state;
 	int mem_type, wire_type;
@@ -80,12 +81,16 @@ HC_EXPORT struct ibv_context *mlx5dv_open_device(struct ibv_device *device, stru
 HC_EXPORT int mlx5dv_query_device(struct ibv_context *c, struct mlx5dv_context *a)
 {
 	struct hc_context *ctx = hc_ctx(c);
+	/* The fields past comp_mask are written only as comp_mask asks, as
+	 * rdma-core does: a program built against older headers passes a
+	 * smaller struct. */
 	uint64_t want = a->comp_mask;
-	memset(a, 0, sizeof *a);
 	a->version = 1;
 	a->flags = MLX5DV_CONTEXT_FLAGS_CQE_V1;
+	a->comp_mask = 0;
 	if (want & MLX5DV_CONTEXT_MASK_SIGNATURE_OFFLOAD) {
 		a->comp_mask |= MLX5DV_CONTEXT_MASK_SIGNATURE_OFFLOAD;
+		memset(&a->sig_caps, 0, sizeof a->sig_caps);
 		if (ctx->caps.sig_handover) {
 			a->sig_caps.block_size = MLX5DV_BLOCK_SIZE_CAP_512 | MLX5DV_BLOCK_SIZE_CAP_520 |
 						 MLX5DV_BLOCK_SIZE_CAP_4048 | MLX5DV_BLOCK_SIZE_CAP_4096 |
@@ -216,7 +221,7 @@ HC_EXPORT struct mlx5dv_mkey *mlx5dv_create_mkey(struct mlx5dv_mkey_init_attr *a
 		return NULL;
 	}
 	attr->max_entries = (uint16_t)num_desc;
-	struct hc_mkey *m = calloc(1, sizeof *m);
+	struct hc_mkey *m = hc_zalloc(sizeof *m);
 	if (!m) {
 		errno = ENOMEM;
 		return NULL;
@@ -235,28 +240,12 @@ HC_EXPORT struct mlx5dv_mkey *mlx5dv_create_mkey(struct mlx5dv_mkey_init_attr *a
 	hc_put32(mk + 52, num_desc);
 	int err = hc_cmd(ctx, in, sizeof in, out, sizeof out, NULL);
 	if (err) {
-		free(m);
+		hc_zfree(m);
 		errno = err;
 		return NULL;
 	}
 	m->index = hc_get32(out + 8) & 0xFFFFFF;
-	if (sig) {
-		err = psv_create(ctx, pd->handle, &m->psv_mem);
-		if (!err && (err = psv_create(ctx, pd->handle, &m->psv_wire)) != 0)
-			obj_destroy(ctx, HC_CMD_DESTROY_PSV, m->psv_mem);
-	}
-	if (!err)
-		err = hc_table_put(ctx, HC_TAB_MKEY, m->index, m);
-	if (err) {
-		if (sig) {
-			obj_destroy(ctx, HC_CMD_DESTROY_PSV, m->psv_mem);
-			obj_destroy(ctx, HC_CMD_DESTROY_PSV, m->psv_wire);
-		}
-		obj_destroy(ctx, HC_CMD_DESTROY_MKEY, m->index);
-		free(m);
-		errno = err;
-		return NULL;
-	}
+	m->have_key = 1;
 	m->ctx = ctx;
 	m->pd = pd;
 	m->num_desc = (uint16_t)num_desc;
@@ -266,24 +255,55 @@ HC_EXPORT struct mlx5dv_mkey *mlx5dv_create_mkey(struct mlx5dv_mkey_init_attr *a
 	m->err_count = 1; /* the first UMR sets the expected error parity */
 	m->err_count_updated = 1;
 	pthread_mutex_init(&m->mu, NULL);
+	if (sig) {
+		err = psv_create(ctx, pd->handle, &m->psv_mem);
+		m->have_mem = !err;
+		if (!err) {
+			err = psv_create(ctx, pd->handle, &m->psv_wire);
+			m->have_wire = !err;
+		}
+	}
+	if (!err)
+		err = hc_table_put(ctx, HC_TAB_MKEY, m->index, m);
+	if (err) {
+		mlx5dv_destroy_mkey(&m->dv);
+		errno = err;
+		return NULL;
+	}
 	return &m->dv;
 }
 
+/* mlx5dv_destroy_mkey destroys the PSVs, then the key, as rdma-core does;
+ * after a failure, a retry destroys only what is left. */
 HC_EXPORT int mlx5dv_destroy_mkey(struct mlx5dv_mkey *dvm)
 {
 	struct hc_mkey *m = (struct hc_mkey *)dvm;
 	struct hc_context *ctx = m->ctx;
-	int err = 0;
-	if (m->sig) {
-		err = obj_destroy(ctx, HC_CMD_DESTROY_PSV, m->psv_mem);
-		int e2 = obj_destroy(ctx, HC_CMD_DESTROY_PSV, m->psv_wire);
-		err = err ? err : e2;
+	if (m->have_mem) {
+		int err = obj_destroy(ctx, HC_CMD_DESTROY_PSV, m->psv_mem);
+		if (err)
+			return err;
+		m->have_mem = 0;
 	}
-	int e3 = obj_destroy(ctx, HC_CMD_DESTROY_MKEY, m->index);
-	if (err || e3)
-		return err ? err : e3;
-	hc_table_del(ctx, HC_TAB_MKEY, m->index);
-	free(m);
+	if (m->have_wire) {
+		int err = obj_destroy(ctx, HC_CMD_DESTROY_PSV, m->psv_wire);
+		if (err)
+			return err;
+		m->have_wire = 0;
+	}
+	if (m->have_key) {
+		int err = obj_destroy(ctx, HC_CMD_DESTROY_MKEY, m->index);
+		if (err)
+			return err;
+		m->have_key = 0;
+	}
+	/* Under obj_mu, which hc_dv_sig_err holds while it records: no poller
+	 * uses the key after this. */
+	pthread_mutex_lock(&ctx->obj_mu);
+	if (m->index < ctx->nmkeys && ctx->mkeys[m->index] == m)
+		ctx->mkeys[m->index] = NULL;
+	pthread_mutex_unlock(&ctx->obj_mu);
+	hc_zfree(m);
 	return 0;
 }
 
@@ -291,9 +311,13 @@ HC_EXPORT int mlx5dv_destroy_mkey(struct mlx5dv_mkey *dvm)
  * it: it is no work completion). */
 void hc_dv_sig_err(struct hc_context *ctx, const uint8_t *e)
 {
-	struct hc_mkey *m = hc_find_mkey(ctx, hc_get32(e + 36) >> 8);
-	if (!m)
+	uint32_t index = hc_get32(e + 36) >> 8;
+	pthread_mutex_lock(&ctx->obj_mu); /* held to the end: mlx5dv_destroy_mkey waits for it */
+	struct hc_mkey *m = index < ctx->nmkeys ? ctx->mkeys[index] : NULL;
+	if (!m) {
+		pthread_mutex_unlock(&ctx->obj_mu);
 		return;
+	}
 	pthread_mutex_lock(&m->mu);
 	m->err_exists = 1;
 	m->err_count++;
@@ -305,6 +329,7 @@ void hc_dv_sig_err(struct hc_context *ctx, const uint8_t *e)
 	m->err_sig_type = e[34];
 	m->err_domain = e[35];
 	pthread_mutex_unlock(&m->mu);
+	pthread_mutex_unlock(&ctx->obj_mu);
 }
 
 HC_EXPORT int _mlx5dv_mkey_check(struct mlx5dv_mkey *dvm, struct mlx5dv_mkey_err *out, size_t size)
@@ -548,6 +573,16 @@ static void x_set_access(struct mlx5dv_qp_ex *mqp, uint32_t access)
 }
 
 /* Translations: a KLM list, or a repeat block. */
+
+/* xlt_room is how many 16-byte translation entries a WQE takes: what the
+ * QP's inline size allows, and no more than scratch holds beside the
+ * WQE's other segments and the BSF. */
+static size_t xlt_room(struct hc_qp *qp)
+{
+	size_t inl = (qp->cap.max_inline_data + 4) / 16;
+	size_t fit = (sizeof qp->scratch - OFF_XLT - 64) / 16;
+	return inl < fit ? inl : fit;
+}
 static void x_layout_list(struct mlx5dv_qp_ex *mqp, uint16_t n, const struct ibv_sge *sge)
 {
 	struct hc_qp *qp = dv_qp(mqp);
@@ -556,7 +591,7 @@ static void x_layout_list(struct mlx5dv_qp_ex *mqp, uint16_t n, const struct ibv
 		latch(qp, EINVAL);
 		return;
 	}
-	size_t room = (qp->cap.max_inline_data + 4) / 16;
+	size_t room = xlt_room(qp);
 	if (n > room || n > m->num_desc) {
 		latch(qp, ENOMEM);
 		return;
@@ -586,7 +621,7 @@ static void x_layout_interleaved(struct mlx5dv_qp_ex *mqp, uint32_t repeat, uint
 		latch(qp, EINVAL);
 		return;
 	}
-	size_t room = (qp->cap.max_inline_data + 4) / 16;
+	size_t room = xlt_room(qp);
 	if (room == 0 || n > room - 1 || n > m->num_desc) {
 		latch(qp, ENOMEM);
 		return;

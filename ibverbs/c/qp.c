@@ -38,11 +38,11 @@ static int wqebbs_for(const struct ibv_qp_cap *c, size_t overhead)
 static void qp_free(struct hc_qp *qp)
 {
 	hc_dma_free(qp->ctx, &qp->mem);
-	free(qp->wrid);
-	free(qp->wrop);
-	free(qp->nbb);
-	free(qp->rwrid);
-	free(qp);
+	hc_zfree(qp->wrid);
+	hc_zfree(qp->wrop);
+	hc_zfree(qp->nbb);
+	hc_zfree(qp->rwrid);
+	hc_zfree(qp);
 }
 
 static void qpx_init(struct hc_qp *qp);
@@ -96,7 +96,7 @@ struct ibv_qp *hc_create_qp(struct ibv_context *c, struct ibv_qp_init_attr_ex *a
 		errno = EINVAL;
 		return NULL;
 	}
-	struct hc_qp *qp = calloc(1, sizeof *qp);
+	struct hc_qp *qp = hc_zalloc(sizeof *qp);
 	if (!qp) {
 		errno = ENOMEM;
 		return NULL;
@@ -107,10 +107,10 @@ struct ibv_qp *hc_create_qp(struct ibv_context *c, struct ibv_qp_init_attr_ex *a
 	qp->rq_shift = rq_shift;
 	size_t sqb = (size_t)HC_WQEBB << sq_log, rqb = (size_t)1 << (rq_log + rq_shift);
 	size_t n = (size_t)1 << sq_log;
-	qp->wrid = calloc(n, sizeof *qp->wrid);
-	qp->wrop = calloc(n, 1);
-	qp->nbb = calloc(n, 1);
-	qp->rwrid = calloc((size_t)1 << rq_log, sizeof *qp->rwrid);
+	qp->wrid = hc_zalloc(n * sizeof *qp->wrid);
+	qp->wrop = hc_zalloc(n);
+	qp->nbb = hc_zalloc(n);
+	qp->rwrid = hc_zalloc(((size_t)1 << rq_log) * sizeof *qp->rwrid);
 	int err = !qp->wrid || !qp->wrop || !qp->nbb || !qp->rwrid ? ENOMEM : hc_dma_alloc(ctx, sqb + rqb + 64, &qp->mem);
 	if (err) {
 		qp_free(qp);
@@ -139,12 +139,6 @@ struct ibv_qp *hc_create_qp(struct ibv_context *c, struct ibv_qp_init_attr_ex *a
 	hc_put64(in + 48, qp->mem.iova + sqb + rqb);
 	err = hc_cmd(ctx, in, sizeof in, out, sizeof out, NULL);
 	uint32_t qpn = hc_get32(out + 8) & 0xFFFFFF;
-	if (!err && (err = hc_table_put(ctx, HC_TAB_QP, qpn, qp)) != 0) {
-		uint8_t d[12];
-		hc_cmd_header(d, HC_CMD_DESTROY_QP);
-		hc_put32(d + 8, qpn);
-		hc_cmd(ctx, d, sizeof d, out, sizeof out, NULL);
-	}
 	if (err) {
 		qp_free(qp);
 		errno = err;
@@ -186,6 +180,17 @@ struct ibv_qp *hc_create_qp(struct ibv_context *c, struct ibv_qp_init_attr_ex *a
 		qp->qpx.comp_mask = a->send_ops_flags;
 	struct hc_qp_dv none = {0};
 	hc_dv_qp_init(qp, dv ? dv : &none);
+	/* In the table last: events and completions find it whole. */
+	err = hc_table_put(ctx, HC_TAB_QP, qpn, qp);
+	if (err) {
+		uint8_t d[12];
+		hc_cmd_header(d, HC_CMD_DESTROY_QP);
+		hc_put32(d + 8, qpn);
+		hc_cmd(ctx, d, sizeof d, out, sizeof out, NULL);
+		qp_free(qp);
+		errno = err;
+		return NULL;
+	}
 	return q;
 }
 
@@ -213,10 +218,21 @@ HC_EXPORT int ibv_destroy_qp(struct ibv_qp *q)
 	int err = hc_cmd(ctx, in, sizeof in, out, sizeof out, NULL);
 	if (err && err != EIO)
 		return err;
-	hc_table_del(ctx, HC_TAB_QP, q->qp_num);
+	/* Out of the table and its unread events dropped (under obj_mu, as
+	 * the reader queues them), then the acks of the events handed out
+	 * awaited, as libibverbs does. */
+	pthread_mutex_lock(&ctx->obj_mu);
+	if (q->qp_num < ctx->nqps && ctx->qps[q->qp_num] == qp)
+		ctx->qps[q->qp_num] = NULL;
+	hc_purge_async(ctx, q);
+	pthread_mutex_unlock(&ctx->obj_mu);
 	hc_cq_clean(qp->scq, q->qp_num);
 	if (qp->rcq != qp->scq)
 		hc_cq_clean(qp->rcq, q->qp_num);
+	pthread_mutex_lock(&q->mutex);
+	while (q->events_completed != qp->async_reported)
+		pthread_cond_wait(&q->cond, &q->mutex);
+	pthread_mutex_unlock(&q->mutex);
 	qp_free(qp);
 	return 0;
 }
@@ -291,7 +307,8 @@ static void reset_indices(struct hc_qp *qp)
 	if (qp->rcq != qp->scq)
 		hc_cq_clean(qp->rcq, qp->qpx.qp_base.qp_num);
 	pthread_mutex_lock(&qp->smu);
-	qp->cur_post = qp->sq_tail = 0;
+	qp->cur_post = 0;
+	atomic_store(&qp->sq_tail, 0);
 	qp->fm_cache = 0;
 	pthread_mutex_unlock(&qp->smu);
 	pthread_mutex_lock(&qp->rmu);
@@ -472,7 +489,7 @@ static int commit(struct hc_qp *qp, size_t len, uint64_t wr_id, uint8_t wcop, in
 {
 	size_t nbb = (len + HC_WQEBB - 1) / HC_WQEBB;
 	uint16_t size = (uint16_t)(1u << qp->sq_log);
-	if ((uint16_t)(qp->cur_post + nbb - qp->sq_tail) > size || nbb > size)
+	if ((uint16_t)(qp->cur_post + nbb - atomic_load(&qp->sq_tail)) > size || nbb > size)
 		return ENOMEM;
 	size_t start = (size_t)(qp->cur_post & (size - 1)) * HC_WQEBB;
 	size_t ring = (size_t)size * HC_WQEBB;
@@ -619,11 +636,15 @@ static int post_one(struct hc_qp *qp, struct ibv_send_wr *wr)
 	return commit(qp, n, wr->wr_id, send_ops[op].wc, local);
 }
 
-/* ring_sq publishes the send counter and rings unless the device's send
- * engine will read it anyway (both accesses sequentially consistent). */
-static void ring_sq(struct hc_qp *qp, uint16_t cur)
+/* publish_sq stores the send counter in the doorbell record. Called with
+ * smu held, so that the counter only moves forward. */
+static void publish_sq(struct hc_qp *qp) { hc_store32(qp->db + 4, qp->cur_post); }
+
+/* ring_sq rings after publish_sq unless the device's send engine will read
+ * the counter anyway (both accesses sequentially consistent; a ring is
+ * idempotent, so it needs no lock). */
+static void ring_sq(struct hc_qp *qp)
 {
-	hc_store32(qp->db + 4, cur);
 	if (hc_load32(qp->db + 8) == 0)
 		hc_notify(qp->ctx, HC_T_RING_SQ, qp->qpx.qp_base.qp_num);
 }
@@ -649,10 +670,11 @@ int hc_post_send(struct ibv_qp *q, struct ibv_send_wr *wr, struct ibv_send_wr **
 		else
 			posted++;
 	}
-	uint16_t cur = qp->cur_post;
+	if (posted)
+		publish_sq(qp);
 	pthread_mutex_unlock(&qp->smu);
 	if (posted)
-		ring_sq(qp, cur);
+		ring_sq(qp);
 	return err;
 }
 
@@ -688,12 +710,11 @@ int hc_post_recv(struct ibv_qp *q, struct ibv_recv_wr *wr, struct ibv_recv_wr **
 		qp->rq_head++;
 		posted++;
 	}
-	uint16_t head = qp->rq_head;
+	if (posted)
+		hc_store32(qp->db, qp->rq_head); /* under rmu: the counter only moves forward */
 	pthread_mutex_unlock(&qp->rmu);
-	if (posted) {
-		hc_store32(qp->db, head);
+	if (posted)
 		hc_notify(qp->ctx, HC_T_RING_RQ, q->qp_num);
-	}
 	return err;
 }
 
@@ -735,12 +756,14 @@ static enum ibv_wc_status status_of(uint8_t syndrome)
 void hc_send_done(struct hc_qp *qp, const uint8_t *e, struct ibv_wc *wc)
 {
 	uint16_t counter = hc_get16(e + 60);
-	pthread_mutex_lock(&qp->smu);
+	/* Without smu, as mlx5's poll: a slot's records are not rewritten
+	 * until sq_tail has passed it, and only the poller (under the CQ's
+	 * lock) moves sq_tail. A poll between ibv_wr_start and
+	 * ibv_wr_complete (which hold smu) does not wait. */
 	uint16_t slot = counter & (uint16_t)((1u << qp->sq_log) - 1);
 	wc->wr_id = qp->wrid[slot];
 	wc->opcode = (enum ibv_wc_opcode)qp->wrop[slot];
-	qp->sq_tail = counter + qp->nbb[slot];
-	pthread_mutex_unlock(&qp->smu);
+	atomic_store(&qp->sq_tail, (uint16_t)(counter + qp->nbb[slot]));
 	wc->byte_len = hc_get32(e + 44);
 	if ((e[63] >> 4) == HC_CQE_REQ_ERR) {
 		wc->status = status_of(e[55]);
@@ -1006,9 +1029,11 @@ static int x_complete(struct ibv_qp_ex *x)
 		qp->fm_cache = qp->wr_start_fm;
 	}
 	int posted = !err && cur != qp->wr_start_post;
+	if (posted)
+		publish_sq(qp);
 	pthread_mutex_unlock(&qp->smu);
 	if (posted)
-		ring_sq(qp, cur);
+		ring_sq(qp);
 	return err;
 }
 
@@ -1097,10 +1122,11 @@ int hc_umr_modify(struct ibv_pd *cur_pd, uint32_t key, int change_access, uint8_
 		hc_put32(imm, key);
 		put_ctrl(qp, HC_OP_UMR, SEG + 48 + 64, HC_FENCE_SMALL, 1, 0, imm);
 		err = commit(qp, SEG + 48 + 64, 0, IBV_WC_DRIVER1, 1);
-		uint16_t cur = qp->cur_post;
+		if (!err)
+			publish_sq(qp);
 		pthread_mutex_unlock(&qp->smu);
 		if (!err)
-			ring_sq(qp, cur);
+			ring_sq(qp);
 	}
 	if (!err) {
 		struct ibv_wc wc;

@@ -18,26 +18,7 @@
 
 #include <infiniband/verbs.h>
 
-static int failed;
-
-#define CHECK(name, cond, ...)                                                                                         \
-	do {                                                                                                           \
-		if (cond) {                                                                                            \
-			printf("ok %s\n", name);                                                                       \
-		} else {                                                                                               \
-			printf("FAIL %s: ", name);                                                                     \
-			printf(__VA_ARGS__);                                                                           \
-			printf("\n");                                                                                  \
-			failed = 1;                                                                                    \
-		}                                                                                                      \
-		fflush(stdout);                                                                                        \
-	} while (0)
-
-static void die(const char *what)
-{
-	printf("FAIL setup: %s: %s\n", what, strerror(errno));
-	exit(1);
-}
+#include "checks.h"
 
 struct side {
 	struct ibv_cq *cq;
@@ -65,31 +46,7 @@ static struct side make_side(void)
 
 static int to_rts(struct ibv_qp *qp, uint32_t dest)
 {
-	struct ibv_qp_attr a = {.qp_state = IBV_QPS_INIT, .port_num = 1,
-				.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ};
-	if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS))
-		return -1;
-	memset(&a, 0, sizeof a);
-	a.qp_state = IBV_QPS_RTR;
-	a.path_mtu = IBV_MTU_1024;
-	a.dest_qp_num = dest;
-	a.ah_attr.dlid = lid;
-	a.ah_attr.port_num = 1;
-	a.max_dest_rd_atomic = 1;
-	a.min_rnr_timer = 12;
-	if (ibv_modify_qp(qp, &a,
-			  IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-				  IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER))
-		return -1;
-	memset(&a, 0, sizeof a);
-	a.qp_state = IBV_QPS_RTS;
-	a.timeout = 10;
-	a.retry_cnt = 2;
-	a.rnr_retry = 2;
-	a.max_rd_atomic = 1;
-	return ibv_modify_qp(qp, &a,
-			     IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
-				     IBV_QP_MAX_QP_RD_ATOMIC);
+	return rc_connect(qp, dest, lid, IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ, 2);
 }
 
 /* poll_one waits (boundedly) for one completion. */
@@ -381,17 +338,8 @@ static void events(void)
 
 int main(void)
 {
-	int n;
-	struct ibv_device **list = ibv_get_device_list(&n);
-	if (!list || n < 1)
-		die("no device");
-	ctx = ibv_open_device(list[0]);
-	if (!ctx)
-		die("open");
+	ctx = open_first(&lid);
 	struct ibv_port_attr pa;
-	if (ibv_query_port(ctx, 1, &pa))
-		die("query port");
-	lid = pa.lid;
 	errno = 0;
 	CHECK("query_port 2", ibv_query_port(ctx, 2, &pa) == EINVAL, "accepted");
 	pd = ibv_alloc_pd(ctx);
@@ -400,6 +348,5 @@ int main(void)
 	registration();
 	objects();
 	events();
-	ibv_free_device_list(list);
 	return failed;
 }

@@ -11,26 +11,7 @@
 #include <infiniband/mlx5dv.h>
 #include <infiniband/verbs.h>
 
-static int failed;
-
-#define CHECK(name, cond, ...)                                                                                         \
-	do {                                                                                                           \
-		if (cond) {                                                                                            \
-			printf("ok %s\n", name);                                                                       \
-		} else {                                                                                               \
-			printf("FAIL %s: ", name);                                                                     \
-			printf(__VA_ARGS__);                                                                           \
-			printf("\n");                                                                                  \
-			failed = 1;                                                                                    \
-		}                                                                                                      \
-		fflush(stdout);                                                                                        \
-	} while (0)
-
-static void die(const char *what)
-{
-	printf("FAIL setup: %s: %s\n", what, strerror(errno));
-	exit(1);
-}
+#include "checks.h"
 
 static struct ibv_context *ctx;
 static struct ibv_pd *pd;
@@ -57,29 +38,8 @@ static struct ibv_qp *make_qp(uint64_t dv_ops)
 
 static void connect_qp(struct ibv_qp *qp, uint32_t dest)
 {
-	struct ibv_qp_attr a = {.qp_state = IBV_QPS_INIT, .port_num = 1};
-	if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS))
-		die("INIT");
-	memset(&a, 0, sizeof a);
-	a.qp_state = IBV_QPS_RTR;
-	a.path_mtu = IBV_MTU_1024;
-	a.dest_qp_num = dest;
-	a.ah_attr.dlid = lid;
-	a.ah_attr.port_num = 1;
-	a.min_rnr_timer = 1;
-	if (ibv_modify_qp(qp, &a,
-			  IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-				  IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER))
-		die("RTR");
-	memset(&a, 0, sizeof a);
-	a.qp_state = IBV_QPS_RTS;
-	a.timeout = 10;
-	a.retry_cnt = 1;
-	a.rnr_retry = 1;
-	if (ibv_modify_qp(qp, &a,
-			  IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
-				  IBV_QP_MAX_QP_RD_ATOMIC))
-		die("RTS");
+	if (rc_connect(qp, dest, lid, 0, 1))
+		die("connect");
 }
 
 static int wait_one(struct ibv_wc *wc)
