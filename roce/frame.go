@@ -1,0 +1,198 @@
+package roce
+
+import (
+	"encoding/binary"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/google/gopacket"
+	"github.com/google/gopacket/layers"
+	"github.com/google/gopacket/pcapgo"
+)
+
+// Endpoint is one end of a RoCEv2 flow on an Ethernet wire.
+type Endpoint struct {
+	MAC  net.HardwareAddr
+	IP   netip.Addr // IPv4 (or IPv4-mapped IPv6) or IPv6
+	Port uint16     // UDP port; 0 means UDPPort
+}
+
+// FrameOptions are the IP fields of a frame; the zero value gives rxe's
+// choices (DSCP/ECN 0, TTL 64, flow label 0, identification 0, DF set).
+type FrameOptions struct {
+	TrafficClass uint8  // IPv4 TOS or IPv6 traffic class
+	HopLimit     uint8  // IPv4 TTL or IPv6 hop limit; 0 means 64
+	FlowLabel    uint32 // IPv6 only
+	ID           uint16 // IPv4 identification
+	NoDF         bool   // IPv4: clear DF
+}
+
+// FrameBuilder builds Ethernet/IP/UDP/RoCEv2 frames with gopacket, the
+// ICRC sealed and the IPv4 checksum set (the UDP checksum is 0, as RoCEv2
+// senders leave it). A FrameBuilder is not safe for concurrent use; its
+// layers and buffer are reused, so a frame is valid until the next Build.
+type FrameBuilder struct {
+	buf  gopacket.SerializeBuffer
+	eth  layers.Ethernet
+	ip4  layers.IPv4
+	ip6  layers.IPv6
+	udp  layers.UDP
+	data gopacket.Payload
+}
+
+// NewFrameBuilder returns a FrameBuilder.
+func NewFrameBuilder() *FrameBuilder { return &FrameBuilder{buf: gopacket.NewSerializeBuffer()} }
+
+func portOr(p uint16) uint16 {
+	if p == 0 {
+		return UDPPort
+	}
+	return p
+}
+
+// Build returns the frame carrying p with payload from src to dst. The
+// pad count is set from the payload; p.ICRC is set to the sealed ICRC.
+func (b *FrameBuilder) Build(src, dst Endpoint, o FrameOptions, p *Packet, payload []byte) ([]byte, error) {
+	s, d := src.IP.Unmap(), dst.IP.Unmap()
+	if !s.IsValid() || !d.IsValid() || s.Is4() != d.Is4() {
+		return nil, fmt.Errorf("build frame %v → %v: %w", src.IP, dst.IP, ErrNotRoCE)
+	}
+	hop := o.HopLimit
+	if hop == 0 {
+		hop = 64
+	}
+	b.eth = layers.Ethernet{SrcMAC: src.MAC, DstMAC: dst.MAC}
+	b.udp = layers.UDP{SrcPort: layers.UDPPort(portOr(src.Port)), DstPort: layers.UDPPort(portOr(dst.Port))}
+	var l3 gopacket.SerializableLayer
+	if s.Is4() {
+		b.eth.EthernetType = layers.EthernetTypeIPv4
+		b.ip4 = layers.IPv4{Version: 4, TOS: o.TrafficClass, Id: o.ID, TTL: hop, Protocol: layers.IPProtocolUDP,
+			SrcIP: s.AsSlice(), DstIP: d.AsSlice()}
+		if !o.NoDF {
+			b.ip4.Flags = layers.IPv4DontFragment
+		}
+		l3 = &b.ip4
+	} else {
+		b.eth.EthernetType = layers.EthernetTypeIPv6
+		b.ip6 = layers.IPv6{Version: 6, TrafficClass: o.TrafficClass, FlowLabel: o.FlowLabel & 0xFFFFF,
+			NextHeader: layers.IPProtocolUDP, HopLimit: hop, SrcIP: s.AsSlice(), DstIP: d.AsSlice()}
+		l3 = &b.ip6
+	}
+	b.data = payload
+	p.ICRC = 0
+	opts := gopacket.SerializeOptions{FixLengths: true}
+	if err := gopacket.SerializeLayers(b.buf, opts, &b.eth, l3, &b.udp, p, b.data); err != nil {
+		return nil, fmt.Errorf("build frame: %w", err)
+	}
+	frame := b.buf.Bytes()
+	const ethHeader = 14
+	if s.Is4() {
+		ipv4Checksum(frame[ethHeader : ethHeader+ipv4MinHeader])
+	}
+	crc, field, err := l3ICRC(frame[ethHeader:])
+	if err != nil {
+		return nil, err
+	}
+	binary.LittleEndian.PutUint32(field, crc)
+	p.ICRC = crc
+	return frame, nil
+}
+
+// ipv4Checksum sets the header checksum of a 20-byte IPv4 header.
+func ipv4Checksum(h []byte) {
+	h[10], h[11] = 0, 0
+	var sum uint32
+	for i := 0; i < len(h); i += 2 {
+		sum += uint32(binary.BigEndian.Uint16(h[i:]))
+	}
+	for sum > 0xFFFF {
+		sum = sum&0xFFFF + sum>>16
+	}
+	binary.BigEndian.PutUint16(h[10:], ^uint16(sum))
+}
+
+// Parser decodes Ethernet frames carrying RoCEv2 (Ethernet, IPv4 or IPv6,
+// UDP, the RoCEv2 packet) with a gopacket DecodingLayerParser, without
+// allocating, and checks the ICRC. Its layers point into the last frame
+// decoded. A Parser is not safe for concurrent use.
+type Parser struct {
+	Eth    layers.Ethernet
+	IPv4   layers.IPv4
+	IPv6   layers.IPv6
+	UDP    layers.UDP
+	Packet Packet
+
+	data    gopacket.Payload
+	parser  *gopacket.DecodingLayerParser
+	decoded []gopacket.LayerType
+}
+
+// NewParser returns a Parser.
+func NewParser() *Parser {
+	p := &Parser{decoded: make([]gopacket.LayerType, 0, 8)}
+	p.parser = gopacket.NewDecodingLayerParser(layers.LayerTypeEthernet, &p.Eth, &p.IPv4, &p.IPv6, &p.UDP, &p.Packet, &p.data)
+	return p
+}
+
+// Decode decodes frame. It returns ErrNotRoCE for a frame that is not
+// Ethernet/IP/UDP/RoCEv2, the packet's decode error (ErrTruncated,
+// ErrOpcode, ErrLength), or ErrICRC — with the layers decoded — when the
+// ICRC is wrong.
+func (p *Parser) Decode(frame []byte) error {
+	err := p.parser.DecodeLayers(frame, &p.decoded)
+	var ip, udp, roce bool
+	for _, t := range p.decoded {
+		switch t {
+		case layers.LayerTypeIPv4, layers.LayerTypeIPv6:
+			ip = true
+		case layers.LayerTypeUDP:
+			udp = true
+		case LayerTypeRoCE:
+			roce = true
+		}
+	}
+	switch {
+	case roce && ip && err == nil:
+		return CheckICRC(frame[len(p.Eth.Contents):])
+	case roce && ip:
+		return fmt.Errorf("decode frame: %w", err)
+	case ip && udp && err != nil && (p.UDP.DstPort == UDPPort || p.UDP.SrcPort == UDPPort):
+		return fmt.Errorf("decode frame: %w", err) // the RoCEv2 packet's own error
+	}
+	return fmt.Errorf("decode frame: %w", ErrNotRoCE)
+}
+
+// PcapWriter writes Ethernet frames to a pcap file (pcapgo) with a
+// synthetic clock: frame n is stamped start + n µs, so equal runs give
+// equal files. It is safe for concurrent use.
+type PcapWriter struct {
+	mu    sync.Mutex
+	w     *pcapgo.Writer
+	start time.Time
+	n     int64
+}
+
+// NewPcapWriter writes the pcap file header to w and returns a writer.
+func NewPcapWriter(w io.Writer, start time.Time) (*PcapWriter, error) {
+	pw := pcapgo.NewWriterNanos(w)
+	if err := pw.WriteFileHeader(65535, layers.LinkTypeEthernet); err != nil {
+		return nil, fmt.Errorf("pcap header: %w", err)
+	}
+	return &PcapWriter{w: pw, start: start}, nil
+}
+
+// WriteFrame writes one frame.
+func (w *PcapWriter) WriteFrame(frame []byte) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	ci := gopacket.CaptureInfo{Timestamp: w.start.Add(time.Duration(w.n) * time.Microsecond), CaptureLength: len(frame), Length: len(frame)}
+	w.n++
+	if err := w.w.WritePacket(ci, frame); err != nil {
+		return fmt.Errorf("pcap frame %d: %w", w.n, err)
+	}
+	return nil
+}
