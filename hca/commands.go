@@ -30,7 +30,8 @@ const (
 	CapOutMinLogPage   = 50
 	CapOutMaxLogPage   = 51
 	CapOutMaxMapped    = 56 // BE64
-	CapOutSize         = 64
+	CapOutGID          = 64 // 16 bytes: the port's GID on the wire (zero: no wire)
+	CapOutSize         = 80
 	CapFlagSigHandover = 1
 
 	// ALLOC_PD output, DEALLOC_PD input: the PD.
@@ -78,26 +79,29 @@ const (
 	// 12, the QP context from 16. RST2INIT always takes the access flags;
 	// INIT2INIT, RTS2RTS and SQD_RTS only with QPOptAccess in the mask
 	// (mlx5's RRE|RAE|RWE optional-parameter bits).
-	QPOptMask      = 12
-	QPOptAccess    = 1<<1 | 1<<2 | 1<<3
-	QPCAccess      = 16 // bit 0 remote read, bit 1 remote write, bit 2 remote atomic
-	QPCRemoteLID   = 20 // BE16
-	QPCRemoteQPN   = 24
-	QPCRQPSN       = 28
-	QPCSQPSN       = 32
-	QPCMinRNR      = 36 // one byte each: min_rnr_timer, timeout, retry_cnt, rnr_retry
-	QPCTimeout     = 37
-	QPCRetry       = 38
-	QPCRNRRetry    = 39
-	QPCMaxRD       = 40 // one byte each: max_rd_atomic, max_dest_rd_atomic
-	QPCMaxDestRD   = 41
-	QPModifySize   = 48
-	QPOutState     = 8  // QUERY_QP output: the state byte, then the context from 16
-	QPOutSQCounter = 44 // QUERY_QP output: BE16 hw_sq_wqebb_counter, the index of the next send WQE the device fetches
-	QPOutSize      = QPModifySize
-	QPAccessRead   = 1
-	QPAccessWrite  = 2
-	QPAccessAtomic = 4
+	QPOptMask       = 12
+	QPOptAccess     = 1<<1 | 1<<2 | 1<<3
+	QPCAccess       = 16 // bit 0 remote read, bit 1 remote write, bit 2 remote atomic
+	QPCRemoteLID    = 20 // BE16
+	QPCRemoteQPN    = 24
+	QPCRQPSN        = 28
+	QPCSQPSN        = 32
+	QPCMinRNR       = 36 // one byte each: min_rnr_timer, timeout, retry_cnt, rnr_retry
+	QPCTimeout      = 37
+	QPCRetry        = 38
+	QPCRNRRetry     = 39
+	QPCMaxRD        = 40 // one byte each: max_rd_atomic, max_dest_rd_atomic
+	QPCMaxDestRD    = 41
+	QPCMTU          = 42 // INIT2RTR: path MTU, 1 (256) … 5 (4096); 0 means 4096
+	QPModifySize    = 48 // the shortest modify input; the remote GID follows in a longer one
+	QPCRemoteGID    = 48 // INIT2RTR: 16 bytes, the peer's GID (zero: a LID on the fabric)
+	QPModifyGIDSize = 64
+	QPOutState      = 8  // QUERY_QP output: the state byte, then the context from 16
+	QPOutSQCounter  = 44 // QUERY_QP output: BE16 hw_sq_wqebb_counter, the index of the next send WQE the device fetches
+	QPOutSize       = QPModifyGIDSize
+	QPAccessRead    = 1
+	QPAccessWrite   = 2
+	QPAccessAtomic  = 4
 
 	// CREATE_PSV input: num_psv[31:28] | pd[23:0] at 8; output: the PSV
 	// indices at 8, 12, 16, 20. DESTROY_PSV input: the index at 8.
@@ -196,6 +200,9 @@ func (f *Func) queryCap() Out {
 	o.Put16(CapOutLID, f.dev.lid)
 	o.Put16(CapOutRepeatEnts, c.Mkey.MaxRepeatEntries).Put8(CapOutMinLogPage, c.Mkey.MinLogPageSize).Put8(CapOutMaxLogPage, c.Mkey.MaxLogPageSize)
 	o.Put64(CapOutMaxMapped, c.MaxMappedBytes)
+	if w := f.dev.wire.Load(); w != nil {
+		copy(o[CapOutGID:], w.gid[:])
+	}
 	return Out(o)
 }
 

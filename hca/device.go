@@ -73,6 +73,11 @@ type Options struct {
 	Caps *Caps
 	// Fabric connects devices; nil gives the device a fabric of its own.
 	Fabric *Fabric
+	// LID is the device's address on its fabric; 0 (or one in use) takes
+	// the next free one. Devices on different hosts (fabrics) that talk
+	// over the wire are told apart by their GIDs, but distinct LIDs keep
+	// a wire hook's view unambiguous.
+	LID uint16
 	// Logger receives the device's log; nil discards it.
 	Logger *slog.Logger
 	// TimeScale divides the transport's timers (ack timeout, RNR delay), so
@@ -103,6 +108,9 @@ type Device struct {
 	closed  bool
 
 	atomicMu sync.Mutex // serialises atomic operations on host memory
+
+	wire atomic.Pointer[wire] // the RoCEv2 port, if it listens
+	ctr  counters             // the port's counters
 }
 
 // New returns a device with the given options.
@@ -129,7 +137,7 @@ func New(opts Options) *Device {
 	if d.fabric == nil {
 		d.fabric = NewFabric()
 	}
-	d.lid = d.fabric.attach(d)
+	d.lid = d.fabric.attach(d, opts.LID)
 	return d
 }
 
@@ -175,6 +183,9 @@ func (d *Device) Close() error {
 		f.Close()
 	}
 	d.fabric.detach(d)
+	if w := d.wire.Load(); w != nil {
+		w.close()
+	}
 	return nil
 }
 
@@ -215,69 +226,4 @@ func (d *Device) qp(n uint32) *QP {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return d.qps[n]
-}
-
-// Fabric connects devices in one process: a QP addresses its peer by the
-// peer device's LID and QP number, as on an InfiniBand subnet. It is safe
-// for concurrent use.
-type Fabric struct {
-	mu    sync.Mutex
-	nodes map[uint16]*Device
-	next  uint16
-	hook  atomic.Pointer[func(*WireMsg)]
-}
-
-// WireMsg is a message on the fabric as a wire hook sees it: the
-// requester and responder QPs (an RDMA READ's data flows from the
-// responder to the requester) and the wire bytes, which the hook may change.
-type WireMsg struct {
-	ReqLID, RespLID uint16
-	ReqQPN, RespQPN uint32
-	Wire            []byte
-}
-
-// SetWireHook installs hook to see, and change, the wire bytes of every
-// message moved on the fabric (a test hook: it flips bits "on the wire");
-// nil removes it. With a hook, data moves through a buffer holding the
-// wire stream instead of straight from memory to memory.
-func (f *Fabric) SetWireHook(hook func(m *WireMsg)) {
-	if hook == nil {
-		f.hook.Store(nil)
-		return
-	}
-	f.hook.Store(&hook)
-}
-
-// NewFabric returns an empty fabric.
-func NewFabric() *Fabric { return &Fabric{nodes: map[uint16]*Device{}, next: 1} }
-
-func (f *Fabric) attach(d *Device) uint16 {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	for f.nodes[f.next] != nil || f.next == 0 {
-		f.next++
-	}
-	lid := f.next
-	f.next++
-	f.nodes[lid] = d
-	return lid
-}
-
-func (f *Fabric) detach(d *Device) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.nodes[d.lid] == d {
-		delete(f.nodes, d.lid)
-	}
-}
-
-// lookup returns the QP at (lid, qpn), or nil.
-func (f *Fabric) lookup(lid uint16, qpn uint32) *QP {
-	f.mu.Lock()
-	d := f.nodes[lid]
-	f.mu.Unlock()
-	if d == nil {
-		return nil
-	}
-	return d.qp(qpn)
 }

@@ -65,6 +65,11 @@ var transitions = map[uint16]struct {
 // neither side ever blocks the other.
 const window = 256
 
+// inboxSize bounds a responder's inbox: 2×window messages of the fabric,
+// or the packets of a wire's messages in flight (what does not fit is
+// dropped, as a full receive queue on a NIC drops, and resent).
+const inboxSize = 2048
+
 // QP is an RC queue pair: a send queue run by a requester goroutine and a
 // responder goroutine that serves the peer's requests and consumes the
 // receive queue.
@@ -126,6 +131,16 @@ type qpAttr struct {
 	rnrRetry  uint8
 	maxRD     uint8
 	maxDestRD uint8
+	mtuCode   uint8    // the path MTU, IB's encoding: 1 (256) … 5 (4096); 0 means 5
+	remoteGID [16]byte // the peer's GID: another host's routes over the wire
+}
+
+// mtu returns the path MTU in bytes.
+func (a *qpAttr) mtu() int {
+	if a.mtuCode == 0 {
+		return 4096
+	}
+	return 128 << a.mtuCode
 }
 
 func (f *Func) createQP(in In) Out {
@@ -175,7 +190,7 @@ func (f *Func) createQP(in In) Out {
 		fn: f, dev: f.dev, pd: pd, scq: scq, rcq: rcq, integrity: flags&QPFlagIntegr != 0, drainSig: flags&QPFlagDrainSigErr != 0,
 		sqr: sqr, rqBuf: rqBuf, rqDB: db[:4], rqLog: logRQ, rqStride: logStride,
 		bell: make(chan struct{}, 1), rbell: make(chan struct{}, 1),
-		acks: newMbox[response](2 * window), inbox: newMbox[*request](2 * window), stop: make(chan struct{}),
+		acks: newMbox[response](2 * window), inbox: newMbox[*request](inboxSize), stop: make(chan struct{}),
 	}
 	if flags&QPFlagDBHint != 0 {
 		qp.sqHint = db[8:12]
@@ -268,7 +283,16 @@ func (f *Func) modifyQP(op uint16, in In) Out {
 	}
 	switch op {
 	case CmdINIT2RTR:
+		mtu := in.U8(QPCMTU)
+		if mtu > 5 {
+			qp.mu.Unlock()
+			return failOut(StatusBadParam, uint32(mtu), "path MTU code %d", mtu)
+		}
 		a.remoteLID, a.remoteQPN = in.U16(QPCRemoteLID), in.U32(QPCRemoteQPN)&0xFFFFFF
+		a.mtuCode = mtu
+		for i := range a.remoteGID {
+			a.remoteGID[i] = in.U8(QPCRemoteGID + i)
+		}
 		a.rqPSN = in.U32(QPCRQPSN) & 0xFFFFFF
 		a.minRNR, a.maxDestRD = in.U8(QPCMinRNR)&31, in.U8(QPCMaxDestRD)
 	case CmdRTR2RTS:
@@ -318,7 +342,8 @@ func (f *Func) queryQP(qpn uint32) Out {
 	o.Put8(QPCAccess+3, a.access).Put16(QPCRemoteLID, a.remoteLID).Put32(QPCRemoteQPN, a.remoteQPN)
 	o.Put32(QPCRQPSN, a.rqPSN).Put32(QPCSQPSN, a.sqPSN)
 	o.Put8(QPCMinRNR, a.minRNR).Put8(QPCTimeout, a.timeout).Put8(QPCRetry, a.retry).Put8(QPCRNRRetry, a.rnrRetry)
-	o.Put8(QPCMaxRD, a.maxRD).Put8(QPCMaxDestRD, a.maxDestRD)
+	o.Put8(QPCMaxRD, a.maxRD).Put8(QPCMaxDestRD, a.maxDestRD).Put8(QPCMTU, a.mtuCode)
+	copy(o[QPCRemoteGID:], a.remoteGID[:])
 	o.Put16(QPOutSQCounter, uint16(qp.sqFetched.Load()))
 	return Out(o)
 }

@@ -4,116 +4,15 @@ import (
 	"encoding/binary"
 	"errors"
 	"runtime"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/hcasim/hcasim/cq"
 	"github.com/hcasim/hcasim/internal/dma"
 	"github.com/hcasim/hcasim/klm"
+	"github.com/hcasim/hcasim/roce"
 	"github.com/hcasim/hcasim/sq"
 	"github.com/hcasim/hcasim/umr"
 )
-
-// request is one RC request message from a requester to its peer's
-// responder. Data moves without copies: src are segments of the
-// requester's memory (gather), dst segments the responder writes a READ's
-// data or an atomic's result into.
-type request struct {
-	from      *QP
-	psn       uint32
-	op        sq.Opcode
-	raddr     uint64
-	rkey      klm.Key
-	length    uint64
-	src       [][]byte
-	dst       [][]byte
-	srcSig    *sigAccess // src is the memory domain of a signature key
-	dstSig    *sigAccess // dst is the memory domain of a signature key
-	imm       uint32     // immediate data, or the rkey a SEND_INVAL invalidates
-	swapAdd   uint64
-	compare   uint64
-	solicited bool
-	segArr    [2][]byte // backing for src or dst of one or two segments
-
-	// memMu guards the requester's memory (src, dst) against a responder
-	// that reaches it after the WQE retired: a READ served again for a
-	// retransmission whose first answer already completed it, a request
-	// racing a flush, or one whose QP was destroyed (its function's memory
-	// may be unmapped next). A responder serves a request holding memMu,
-	// and drops it if retired, as if its packets never arrived; the
-	// requester sets retired before the WQE's completion, flush or reset,
-	// and when its QP stops.
-	memMu   sync.Mutex
-	retired bool
-
-	// refs counts the request's holders: the requester until it retires
-	// it, and each copy in flight to the responder (from the step's out
-	// list through the peer's inbox until it is served or dropped). The
-	// last release recycles it.
-	refs atomic.Int32
-}
-
-// requests recycles requests: a steady flow of operations allocates none.
-var requests = sync.Pool{New: func() any { return new(request) }}
-
-// newRequest returns a zeroed request held by its requester.
-func newRequest() *request {
-	r := requests.Get().(*request)
-	r.refs.Store(1)
-	return r
-}
-
-// hold takes a reference for a copy in flight to the responder.
-func (r *request) hold() { r.refs.Add(1) }
-
-// release drops a reference; the last one recycles the request.
-func (r *request) release() {
-	if r.refs.Add(-1) == 0 {
-		*r = request{}
-		requests.Put(r)
-	}
-}
-
-// retire closes the request's memory to responders (see memMu), waiting
-// for a responder serving it, and drops the requester's reference. Only
-// the first call counts.
-func (r *request) retire() {
-	if r == nil {
-		return
-	}
-	first := false
-	if r.src == nil && r.dst == nil {
-		// No memory: responders do not look at retired.
-		first, r.retired = !r.retired, true
-	} else {
-		r.memMu.Lock()
-		first, r.retired = !r.retired, true
-		r.memMu.Unlock()
-	}
-	if first {
-		r.release()
-	}
-}
-
-// respKind is a response's outcome: an ACK or a NAK.
-type respKind uint8
-
-const (
-	respACK      respKind = iota
-	respRNR               // receiver not ready: retry after the delay
-	respAccess            // remote access error
-	respInvalid           // invalid request
-	respRemoteOp          // remote operational error
-)
-
-// response is an ACK or NAK for the request with the same PSN.
-type response struct {
-	psn    uint32
-	kind   respKind
-	bytes  uint32
-	rnrDly uint8 // the responder's min_rnr_timer, with respRNR
-}
 
 // pending is a send WQE between fetch and completion.
 type pending struct {
@@ -255,18 +154,12 @@ func (qp *QP) takeAcks(s *reqState) {
 	}
 }
 
-// flushOut hands the step's requests to the peer in one batch, and keeps
-// the timer armed while requests await answers.
+// flushOut hands the step's requests to the transport in one batch, and
+// keeps the timer armed while requests await answers.
 func (qp *QP) flushOut(s *reqState) {
 	if len(s.out) > 0 {
 		_, a, _ := qp.snapshot()
-		n := 0
-		if peer := qp.dev.fabric.lookup(a.remoteLID, a.remoteQPN); peer != nil {
-			n = peer.inbox.put(s.out...)
-		}
-		for _, r := range s.out[n:] {
-			r.release() // dropped: the inbox is full or there is no peer
-		}
+		qp.dev.route(&a).send(qp, &a, s.out)
 		clear(s.out)
 		s.out = s.out[:0]
 		if !s.armed {
@@ -454,7 +347,9 @@ func (qp *QP) execute(s *reqState, a *qpAttr, p *pending, w []byte, f *sq.CtrlFi
 		return
 	}
 	req.from, req.psn = qp, s.nextPSN
-	s.nextPSN = (s.nextPSN + 1) & 0xFFFFFF
+	req.npkts = packets(req.op, req.length, a.mtu())
+	req.rdNext = req.psn
+	s.nextPSN = roce.PSNAdd(s.nextPSN, req.npkts)
 	p.req = req
 	if p.readAtomic {
 		s.reads++
@@ -594,42 +489,193 @@ func (qp *QP) doSetPSV(segs []byte) cq.Syndrome {
 	return 0
 }
 
-// onResponse applies an ACK or NAK to the request with its PSN.
+// onResponse applies an answer: an ACK up to its PSN, READ data from the
+// wire, or a NAK of the message holding its PSN.
 func (qp *QP) onResponse(s *reqState, r response) {
+	defer r.free()
 	_, a, gen := qp.snapshot()
 	if gen != s.gen {
 		return
 	}
 	s.answers++
+	switch r.kind {
+	case respACK:
+		qp.ackUpTo(s, r)
+		return
+	case respData:
+		qp.onReadData(s, &a, r)
+		return
+	}
 	var p *pending
 	for _, q := range s.inflight {
-		if q.req != nil && !q.acked && q.req.psn == r.psn {
+		if q.req != nil && !q.acked && !q.done && q.req.holds(r.psn) {
 			p = q
 			break
 		}
 	}
-	if p == nil || p.done {
+	if p == nil {
 		return // stale (a retransmission's second answer)
 	}
 	switch r.kind {
-	case respACK:
-		p.acked, p.done, p.bytes = true, true, r.bytes
-		if p.readAtomic {
-			s.reads--
-		}
 	case respRNR:
 		if a.rnrRetry != 7 && p.rnrRetries >= int(a.rnrRetry) {
+			qp.dev.count(&qp.dev.ctr.retryExceeded)
 			qp.fail(s, p, cq.SyndromeRNRRetry)
 			return
 		}
 		p.rnrRetries++
+		qp.dev.count(&qp.dev.ctr.rnrNAKs)
 		qp.armTimer(s, qp.dev.duration(rnrDelay(r.rnrDly)), true)
+	case respSeq:
+		// Go back N: resend from the message the responder waits for,
+		// unless an RNR NAK's delay is running (its end resends).
+		qp.dev.count(&qp.dev.ctr.seqNAKs)
+		if !s.rnrWait {
+			qp.resend(s, p)
+		}
 	case respAccess:
 		qp.fail(s, p, cq.SyndromeRemoteAccess)
 	case respInvalid:
 		qp.fail(s, p, cq.SyndromeRemoteInvalReq)
 	default:
 		qp.fail(s, p, cq.SyndromeRemoteOp)
+	}
+}
+
+// holds reports whether psn is one of the request's PSNs.
+func (r *request) holds(psn uint32) bool {
+	d := roce.PSNDiff(psn, r.psn)
+	return d >= 0 && int(d) < max(r.npkts, 1)
+}
+
+// lastPSN returns the request's last PSN.
+func (r *request) lastPSN() uint32 { return roce.PSNAdd(r.psn, max(r.npkts, 1)-1) }
+
+// ackUpTo completes, in order, every message an ACK at r.psn covers: each
+// SEND and WRITE whose last PSN is not after it and, with r.read, the READ
+// or atomic that ends at it. A READ or atomic without its answer stays
+// outstanding (a later ACK means its response was lost: the timer
+// resends it).
+func (qp *QP) ackUpTo(s *reqState, r response) {
+	for _, p := range s.inflight {
+		if p.req == nil || p.acked || p.done {
+			continue
+		}
+		last := p.req.lastPSN()
+		if roce.PSNDiff(last, r.psn) > 0 {
+			return
+		}
+		if p.readAtomic {
+			if !r.read || last != r.psn {
+				continue
+			}
+			if r.atomic {
+				var w [8]byte
+				binary.BigEndian.PutUint64(w[:], r.value)
+				scatterFrom(p.req.dst, w[:])
+			}
+			s.reads--
+		}
+		qp.acked(s, p)
+	}
+}
+
+// acked completes p as answered, reporting the PI error the fabric's
+// responder met in the requester's transform.
+func (qp *QP) acked(s *reqState, p *pending) {
+	p.acked, p.done, p.bytes = true, true, uint32(p.req.length)
+	r := p.req
+	if r.src == nil && r.dst == nil {
+		return
+	}
+	r.memMu.Lock()
+	e, failed := r.peerSigErr, r.peerSigFail
+	r.peerSigErr, r.peerSigFail = nil, false
+	r.memMu.Unlock()
+	sa := r.srcSig
+	if sa == nil {
+		sa = r.dstSig
+	}
+	if e != nil && sa != nil {
+		sa.report(e)
+	}
+	if failed {
+		qp.fail(s, p, cq.SyndromeLocalProt)
+	}
+}
+
+// onReadData places a READ response packet from the wire in the READ's
+// memory, in PSN order: a gap resends the READ, a duplicate is dropped.
+// The last packet completes the READ (through its signature transform,
+// if its memory is a signature key's).
+func (qp *QP) onReadData(s *reqState, a *qpAttr, r response) {
+	var p *pending
+	for _, q := range s.inflight {
+		if q.req != nil && q.op == sq.OpRDMARead && !q.done && q.req.holds(r.psn) {
+			p = q
+			break
+		}
+	}
+	if p == nil {
+		return
+	}
+	req := p.req
+	if d := roce.PSNDiff(r.psn, req.rdNext); d != 0 {
+		if d > 0 {
+			qp.dev.count(&qp.dev.ctr.outOfSeq)
+			if !req.rdGap {
+				req.rdGap = true
+				qp.resend(s, p)
+			}
+		}
+		return
+	}
+	req.rdGap = false
+	off := uint64(roce.PSNDiff(r.psn, req.psn)) * uint64(a.mtu())
+	if off+uint64(len(r.data)) > req.length || (r.last != (r.psn == req.lastPSN())) {
+		return // not this READ's response: dropped
+	}
+	if req.dstSig != nil {
+		if req.rdBuf == nil {
+			req.rdBuf = make([]byte, 0, req.length)
+		}
+		req.rdBuf = append(req.rdBuf, r.data...)
+	} else {
+		copyAt(req.dst, off, r.data)
+	}
+	req.rdNext = roce.PSNAdd(req.rdNext, 1)
+	if !r.last {
+		return
+	}
+	if uint64(len(req.rdBuf)) != req.length && req.dstSig != nil {
+		return
+	}
+	if req.dstSig != nil {
+		e, err := req.dstSig.run(req.dst, [][]byte{req.rdBuf})
+		if e != nil {
+			req.dstSig.report(e)
+		}
+		if err != nil {
+			qp.fail(s, p, cq.SyndromeLocalProt)
+			return
+		}
+	}
+	// A READ response also acknowledges the requests before it.
+	qp.ackUpTo(s, response{psn: roce.PSNAdd(req.psn, -1)})
+	s.reads--
+	p.acked, p.done, p.bytes = true, true, uint32(req.length)
+}
+
+// resend queues every unanswered request from p on for retransmission.
+func (qp *QP) resend(s *reqState, from *pending) {
+	on := false
+	for _, p := range s.inflight {
+		on = on || p == from
+		if on && p.req != nil && !p.acked && !p.done {
+			p.req.hold()
+			s.out = append(s.out, p.req)
+			qp.dev.count(&qp.dev.ctr.retransmits)
+		}
 	}
 }
 
@@ -665,17 +711,14 @@ func (qp *QP) onTimer(s *reqState) {
 			return
 		}
 		head.retries++
+		qp.dev.count(&qp.dev.ctr.timeouts)
 		if head.retries > int(a.retry) {
+			qp.dev.count(&qp.dev.ctr.retryExceeded)
 			qp.fail(s, head, cq.SyndromeTransportRetry)
 			return
 		}
 	}
-	for _, p := range s.inflight {
-		if p.req != nil && !p.acked && !p.done {
-			p.req.hold()
-			s.out = append(s.out, p.req)
-		}
-	}
+	qp.resend(s, head)
 	// flushOut sends them and re-arms the ACK timeout.
 }
 

@@ -6,6 +6,7 @@ import (
 	"github.com/hcasim/hcasim/cq"
 	"github.com/hcasim/hcasim/internal/dma"
 	"github.com/hcasim/hcasim/klm"
+	"github.com/hcasim/hcasim/roce"
 	"github.com/hcasim/hcasim/sq"
 )
 
@@ -13,12 +14,35 @@ import (
 type respState struct {
 	gen      uint64
 	psnInit  bool
-	expected uint32 // the next PSN to execute
+	expected uint32 // the first PSN of the next message to execute
+	msn      uint32 // messages completed (the wire's MSN)
 	rqCI     uint16 // receive WQEs consumed
 	reqs     []*request
 	answers  []response // answers to the requester of ansTo, sent per batch
 	segs     [][]byte   // scratch for the local side of a request's data
-	ansTo    *QP
+	ansTo    *QP        // the batch's requester (nil: the wire)
+	ansOn    bool       // answers holds a batch
+	asm      assembly   // the wire: the message being assembled
+	nakSeq   bool       // the wire: a sequence NAK is out for expected+asm.n
+	atomics  [16]atomicResult
+	atomicN  int
+}
+
+// assembly is a multi-packet message from the wire being put together.
+type assembly struct {
+	n     int // packets taken
+	op    roce.Opcode
+	reth  roce.RETH
+	data  []byte
+	first uint32
+}
+
+// atomicResult is an executed atomic's original value, kept to answer its
+// duplicates again (IBA C9-156: a responder replays, not re-executes).
+type atomicResult struct {
+	psn   uint32
+	value uint64
+	ok    bool
 }
 
 // longMessage is the length from which a request in service holds off its
@@ -35,6 +59,11 @@ func (qp *QP) responder() {
 		case <-qp.inbox.sig:
 			s.reqs = qp.inbox.take(s.reqs)
 			for _, r := range s.reqs {
+				if r.pkt != nil {
+					qp.servePacket(s, r)
+					r.release()
+					continue
+				}
 				long := r.length >= longMessage
 				if long {
 					r.from.inService.Add(1)
@@ -45,7 +74,7 @@ func (qp *QP) responder() {
 				}
 				r.release()
 			}
-			s.sendAnswers()
+			qp.sendAnswers(s)
 		case <-qp.rbell:
 		}
 		qp.respStep(s)
@@ -53,26 +82,53 @@ func (qp *QP) responder() {
 }
 
 // answer queues r's answer; answers go back in one batch per requester.
-func (s *respState) answer(r *request, kind respKind, bytes uint32, rnr uint8) {
-	if s.ansTo != r.from {
-		s.sendAnswers()
-		s.ansTo = r.from
+func (qp *QP) answer(s *respState, r *request, kind respKind, rnr uint8) {
+	if !s.ansOn || s.ansTo != r.from {
+		qp.sendAnswers(s)
+		s.ansTo, s.ansOn = r.from, true
 	}
-	s.answers = append(s.answers, response{psn: r.psn, kind: kind, bytes: bytes, rnrDly: rnr})
+	a := response{psn: r.psn, kind: kind, rnrDly: rnr, msn: s.msn}
+	if kind == respACK {
+		a.psn = r.lastPSN()
+		switch r.op {
+		case sq.OpRDMARead:
+			a.read = true
+			if r.from == nil && len(r.dst) == 1 {
+				a.data = r.dst[0]
+			}
+		case sq.OpAtomicCS, sq.OpAtomicFA:
+			a.read = true
+			if r.from == nil && len(r.dst) == 1 && len(r.dst[0]) == 8 {
+				a.atomic, a.value = true, binary.BigEndian.Uint64(r.dst[0])
+			}
+		}
+	}
+	s.answers = append(s.answers, a)
 }
 
-func (s *respState) sendAnswers() {
-	if s.ansTo != nil && len(s.answers) > 0 {
-		s.ansTo.acks.put(s.answers...)
+func (qp *QP) sendAnswers(s *respState) {
+	if s.ansOn && len(s.answers) > 0 {
+		if s.ansTo != nil {
+			qp.dev.fabric.answer(qp, nil, s.ansTo, s.answers)
+		} else if w := qp.dev.wire.Load(); w != nil {
+			_, a, _ := qp.snapshot()
+			w.answer(qp, &a, nil, s.answers)
+		}
 	}
-	s.answers, s.ansTo = s.answers[:0], nil
+	clear(s.answers)
+	s.answers, s.ansTo, s.ansOn = s.answers[:0], nil, false
+}
+
+// resetResp forgets the responder's state after a move to RESET.
+func (qp *QP) resetResp(s *respState, gen uint64) {
+	*s = respState{gen: gen, reqs: s.reqs, answers: s.answers[:0], asm: assembly{data: s.asm.data[:0]}}
 }
 
 // respStep resets after RESET and flushes the receive queue in ERR.
 func (qp *QP) respStep(s *respState) {
 	st, _, gen := qp.snapshot()
 	if gen != s.gen {
-		*s = respState{gen: gen, reqs: s.reqs, answers: s.answers[:0]}
+		qp.resetResp(s, gen)
 	}
 	if st == StateERR {
 		for qp.rqHead() != s.rqCI {
@@ -105,12 +161,12 @@ func (qp *QP) recvWQE(s *respState) ([]sq.DataFields, bool) {
 	return out, true
 }
 
-// serve executes one request in PSN order.
+// serve executes one request message in PSN order.
 func (qp *QP) serve(s *respState, r *request) {
 	st, a, gen := qp.snapshot()
 	if gen != s.gen {
-		s.sendAnswers()
-		*s = respState{gen: gen, reqs: s.reqs, answers: s.answers[:0]}
+		qp.sendAnswers(s)
+		qp.resetResp(s, gen)
 	}
 	if st != StateRTR && st != StateRTS && st != StateSQD {
 		return // a QP that is not ready (or in error) drops requests silently
@@ -118,7 +174,7 @@ func (qp *QP) serve(s *respState, r *request) {
 	if !s.psnInit {
 		s.expected, s.psnInit = a.rqPSN, true
 	}
-	if r.src != nil || r.dst != nil {
+	if r.from != nil && (r.src != nil || r.dst != nil) {
 		r.memMu.Lock()
 		defer r.memMu.Unlock()
 		if r.retired {
@@ -126,46 +182,60 @@ func (qp *QP) serve(s *respState, r *request) {
 		}
 	}
 	if r.psn != s.expected {
-		if (s.expected-r.psn)&0xFFFFFF < 1<<23 {
+		if roce.PSNDiff(r.psn, s.expected) < 0 {
 			// A duplicate of a request already executed (its requester timed
 			// out): answer it again; READ data is read again.
-			if r.op == sq.OpRDMARead {
-				kind, n := qp.serveReadKind(s, r, &a)
-				s.answer(r, kind, n, 0)
-				return
+			qp.dev.count(&qp.dev.ctr.duplicates)
+			switch r.op {
+			case sq.OpRDMARead:
+				qp.answer(s, r, qp.serveRead(s, r, &a), 0)
+			case sq.OpAtomicCS, sq.OpAtomicFA:
+				if r.from != nil {
+					qp.answer(s, r, respACK, 0) // its result is in place
+				} else if v, ok := s.atomicResult(r.psn); ok {
+					binary.BigEndian.PutUint64(r.dst[0], v)
+					qp.answer(s, r, respACK, 0)
+				}
+			default:
+				qp.answer(s, r, respACK, 0)
 			}
-			s.answer(r, respACK, uint32(r.length), 0)
 		}
 		return // a request after a gap waits for its retransmission
 	}
 	var kind respKind
-	var bytes uint32
 	switch r.op {
 	case sq.OpSend, sq.OpSendImm, sq.OpSendInval:
 		kind = qp.serveSend(s, r)
 	case sq.OpRDMAWrite, sq.OpRDMAWriteImm:
 		kind = qp.serveWrite(s, r, &a)
 	case sq.OpRDMARead:
-		kind, bytes = qp.serveReadKind(s, r, &a)
+		kind = qp.serveRead(s, r, &a)
 	case sq.OpAtomicCS, sq.OpAtomicFA:
-		kind = qp.serveAtomic(r, &a)
-		bytes = 8
+		kind = qp.serveAtomic(s, r, &a)
 	default:
 		kind = respInvalid
 	}
 	switch kind {
 	case respACK:
-		s.expected = (s.expected + 1) & 0xFFFFFF
-		if r.op != sq.OpRDMARead && r.op != sq.OpAtomicCS && r.op != sq.OpAtomicFA {
-			bytes = uint32(r.length)
-		}
-		s.answer(r, respACK, bytes, 0)
+		s.expected = roce.PSNAdd(s.expected, max(r.npkts, 1))
+		s.msn = (s.msn + 1) & roce.PSNMask
+		qp.answer(s, r, respACK, 0)
 	case respRNR:
-		s.answer(r, respRNR, 0, a.minRNR)
+		qp.answer(s, r, respRNR, a.minRNR)
 	default:
-		s.answer(r, kind, 0, 0)
+		qp.answer(s, r, kind, 0)
 		qp.toError()
 	}
+}
+
+// atomicResult returns the kept result of the atomic at psn.
+func (s *respState) atomicResult(psn uint32) (uint64, bool) {
+	for _, e := range s.atomics {
+		if e.ok && e.psn == psn {
+			return e.value, true
+		}
+	}
+	return 0, false
 }
 
 // scatter resolves a receive WQE's scatter list for n bytes. A signature
@@ -225,7 +295,11 @@ func (qp *QP) serveSend(s *respState, r *request) respKind {
 		}
 		return respRemoteOp
 	}
-	qp.moveData(r.from, dst, dsig, r.src, r.srcSig)
+	if err := qp.moveData(r, dst, dsig, r.src, r.srcSig); err != nil {
+		s.rqCI++
+		qp.rcqe(&cq.Fields{Opcode: cq.OpRespErr, QPN: qp.qpn, WQECounter: idx, Syndrome: cq.SyndromeLocalProt}, true)
+		return respRemoteOp
+	}
 	s.rqCI++
 	f := cq.Fields{Opcode: op, QPN: qp.qpn, WQECounter: idx, ByteCount: uint32(r.length)}
 	if op != cq.OpRespSend {
@@ -266,8 +340,11 @@ func (qp *QP) serveWrite(s *respState, r *request, a *qpAttr) respKind {
 			s.segs = scrub(s.segs)
 			return respAccess
 		}
-		qp.moveData(r.from, dst, dsig, r.src, r.srcSig)
+		err = qp.moveData(r, dst, dsig, r.src, r.srcSig)
 		s.segs = scrub(dst)
+		if err != nil {
+			return respRemoteOp
+		}
 	}
 	if r.op == sq.OpRDMAWriteImm {
 		_ = list
@@ -278,26 +355,30 @@ func (qp *QP) serveWrite(s *respState, r *request, a *qpAttr) respKind {
 	return respACK
 }
 
-func (qp *QP) serveReadKind(s *respState, r *request, a *qpAttr) (respKind, uint32) {
+func (qp *QP) serveRead(s *respState, r *request, a *qpAttr) respKind {
 	if a.access&QPAccessRead == 0 {
-		return respAccess, 0
+		return respAccess
 	}
 	if r.length == 0 { // nor does a zero-length READ
-		return respACK, 0
+		return respACK
 	}
 	src, ssig, err := qp.resolveKey(s.segs[:0], r.rkey, r.raddr, r.length, klm.RemoteRead, true)
 	if err != nil {
 		s.segs = scrub(s.segs)
-		return respAccess, 0
+		return respAccess
 	}
-	qp.moveData(r.from, r.dst, r.dstSig, src, ssig)
+	err = qp.moveData(r, r.dst, r.dstSig, src, ssig)
 	s.segs = scrub(src)
-	return respACK, uint32(r.length)
+	if err != nil {
+		return respRemoteOp
+	}
+	return respACK
 }
 
 // serveAtomic runs a compare-and-swap or fetch-and-add on a big-endian
-// 64-bit word and returns the original value into the requester's buffer.
-func (qp *QP) serveAtomic(r *request, a *qpAttr) respKind {
+// 64-bit word and returns the original value into the requester's buffer
+// (on the wire: into the request's, for the answer).
+func (qp *QP) serveAtomic(s *respState, r *request, a *qpAttr) respKind {
 	if a.access&QPAccessAtomic == 0 {
 		return respAccess
 	}
@@ -323,6 +404,10 @@ func (qp *QP) serveAtomic(r *request, a *qpAttr) respKind {
 	qp.dev.atomicMu.Unlock()
 	binary.BigEndian.PutUint64(word[:], old)
 	scatterFrom(r.dst, word[:])
+	if r.from == nil {
+		s.atomics[s.atomicN%len(s.atomics)] = atomicResult{psn: r.psn, value: old, ok: true}
+		s.atomicN++
+	}
 	return respACK
 }
 
@@ -354,6 +439,56 @@ func copySegs(dst, src [][]byte) int {
 	return n
 }
 
+// segSlice returns bytes [off, off+n) of the stream segs when they lie in
+// one segment.
+func segSlice(segs [][]byte, off uint64, n int) ([]byte, bool) {
+	if n == 0 {
+		return nil, true
+	}
+	for _, s := range segs {
+		if off < uint64(len(s)) {
+			if off+uint64(n) <= uint64(len(s)) {
+				return s[off : off+uint64(n)], true
+			}
+			return nil, false
+		}
+		off -= uint64(len(s))
+	}
+	return nil, false
+}
+
+// copyFrom fills b from the stream segs at off (what is past its end
+// stays as it was).
+func copyFrom(b []byte, segs [][]byte, off uint64) {
+	for _, s := range segs {
+		if len(b) == 0 {
+			return
+		}
+		if off >= uint64(len(s)) {
+			off -= uint64(len(s))
+			continue
+		}
+		b = b[copy(b, s[off:]):]
+		off = 0
+	}
+}
+
+// copyAt writes b into the stream segs at off (what is past its end is
+// dropped).
+func copyAt(segs [][]byte, off uint64, b []byte) {
+	for _, s := range segs {
+		if len(b) == 0 {
+			return
+		}
+		if off >= uint64(len(s)) {
+			off -= uint64(len(s))
+			continue
+		}
+		b = b[copy(s[off:], b):]
+		off = 0
+	}
+}
+
 func gatherTo(b []byte, segs [][]byte) {
 	for _, s := range segs {
 		b = b[copy(b, s):]
@@ -374,3 +509,153 @@ func scrub(segs [][]byte) [][]byte {
 	clear(segs[:cap(segs)])
 	return segs[:0]
 }
+
+// servePacket takes a request packet from the wire in PSN order: the
+// packets of a SEND or WRITE are assembled into the message, which is
+// served when its last packet arrives; a READ or atomic request is served
+// at once. A packet after a gap is dropped and NAKed once (go-back-N); a
+// duplicate is answered again where the requester needs an answer.
+func (qp *QP) servePacket(s *respState, in *request) {
+	st, a, gen := qp.snapshot()
+	if gen != s.gen {
+		qp.sendAnswers(s)
+		qp.resetResp(s, gen)
+	}
+	if st != StateRTR && st != StateRTS && st != StateSQD {
+		return
+	}
+	if !s.psnInit {
+		s.expected, s.psnInit = a.rqPSN, true
+	}
+	p := &in.pkt.pkt
+	epsn := roce.PSNAdd(s.expected, s.asm.n)
+	switch d := roce.PSNDiff(p.PSN, epsn); {
+	case d > 0:
+		qp.dev.count(&qp.dev.ctr.outOfSeq)
+		if !s.nakSeq {
+			s.nakSeq = true
+			qp.answer(s, &request{psn: epsn}, respSeq, 0)
+		}
+		return
+	case d < 0:
+		qp.duplicatePacket(s, &a, p)
+		return
+	}
+	s.nakSeq = false
+	mtu := a.mtu()
+	pos := p.Opcode.Position()
+	invalid := func() {
+		s.asm.n = 0
+		qp.answer(s, &request{psn: p.PSN}, respInvalid, 0)
+		qp.toError()
+	}
+	switch p.Opcode {
+	case roce.OpReadRequest, roce.OpCompareSwap, roce.OpFetchAdd:
+		if s.asm.n != 0 {
+			invalid() // a new message inside a multi-packet one
+			return
+		}
+		m, ok := wireRequest(p, mtu)
+		if !ok {
+			invalid()
+			return
+		}
+		qp.serve(s, m)
+		return
+	}
+	if (s.asm.n == 0) != (pos == roce.PosFirst || pos == roce.PosOnly) ||
+		(s.asm.n > 0 && sameMessage(s.asm.op) != sameMessage(p.Opcode)) ||
+		((pos == roce.PosFirst || pos == roce.PosMiddle) && len(p.Payload) != mtu) {
+		invalid()
+		return
+	}
+	if s.asm.n == 0 {
+		s.asm.op, s.asm.reth, s.asm.first, s.asm.data = p.Opcode, p.RETH, p.PSN, s.asm.data[:0]
+	}
+	limit := uint64(maxWireMessage)
+	if isWrite(s.asm.op) {
+		limit = min(limit, uint64(s.asm.reth.DMALen))
+	}
+	if uint64(len(s.asm.data))+uint64(len(p.Payload)) > limit {
+		invalid()
+		return
+	}
+	s.asm.data = append(s.asm.data, p.Payload...)
+	s.asm.n++
+	if pos != roce.PosLast && pos != roce.PosOnly {
+		return
+	}
+	m := &request{psn: s.asm.first, npkts: s.asm.n, length: uint64(len(s.asm.data)), src: [][]byte{s.asm.data},
+		solicited: p.SE, imm: p.Imm}
+	s.asm.n = 0
+	switch p.Opcode {
+	case roce.OpSendLast, roce.OpSendOnly:
+		m.op = sq.OpSend
+	case roce.OpSendLastImm, roce.OpSendOnlyImm:
+		m.op = sq.OpSendImm
+	case roce.OpSendLastInv, roce.OpSendOnlyInv:
+		m.op, m.imm = sq.OpSendInval, p.InvRKey
+	case roce.OpWriteLast, roce.OpWriteOnly, roce.OpWriteLastImm, roce.OpWriteOnlyImm:
+		m.op = sq.OpRDMAWrite
+		if p.Opcode == roce.OpWriteLastImm || p.Opcode == roce.OpWriteOnlyImm {
+			m.op = sq.OpRDMAWriteImm
+		}
+		m.raddr, m.rkey = s.asm.reth.VA, klm.Key(s.asm.reth.RKey)
+		if uint64(s.asm.reth.DMALen) != m.length {
+			invalid() // the RETH's length is the message's
+			return
+		}
+	}
+	qp.serve(s, m)
+	if len(m.src[0]) > 0 {
+		s.asm.data = m.src[0][:0] // the assembly buffer, for the next message
+	}
+}
+
+// wireRequest returns the READ or atomic request a packet carries, with a
+// buffer of its own for the data its answer returns.
+func wireRequest(p *roce.Packet, mtu int) (*request, bool) {
+	m := &request{psn: p.PSN}
+	switch p.Opcode {
+	case roce.OpReadRequest:
+		if p.RETH.DMALen > maxWireMessage {
+			return nil, false
+		}
+		m.op, m.raddr, m.rkey, m.length = sq.OpRDMARead, p.RETH.VA, klm.Key(p.RETH.RKey), uint64(p.RETH.DMALen)
+		m.npkts = packets(m.op, m.length, mtu)
+		m.dst = [][]byte{make([]byte, m.length)}
+	default:
+		m.op = sq.OpAtomicFA
+		if p.Opcode == roce.OpCompareSwap {
+			m.op = sq.OpAtomicCS
+		}
+		m.raddr, m.rkey, m.swapAdd, m.compare, m.length = p.Atomic.VA, klm.Key(p.Atomic.RKey), p.Atomic.SwapAdd, p.Atomic.Compare, 8
+		m.npkts = 1
+		m.dst = [][]byte{make([]byte, 8)}
+	}
+	return m, true
+}
+
+// duplicatePacket answers a packet before the expected PSN: a READ is
+// read again, an atomic's result replayed, and the last packet of a SEND
+// or WRITE (or one asking for an ACK) ACKed with the last PSN executed.
+func (qp *QP) duplicatePacket(s *respState, a *qpAttr, p *roce.Packet) {
+	switch p.Opcode {
+	case roce.OpReadRequest, roce.OpCompareSwap, roce.OpFetchAdd:
+		if m, ok := wireRequest(p, a.mtu()); ok {
+			qp.serve(s, m) // serve takes its duplicate path
+		}
+		return
+	}
+	qp.dev.count(&qp.dev.ctr.duplicates)
+	if pos := p.Opcode.Position(); pos == roce.PosLast || pos == roce.PosOnly || p.AckReq {
+		last := roce.PSNAdd(s.expected, -1)
+		qp.answer(s, &request{psn: last, npkts: 1}, respACK, 0)
+	}
+}
+
+// sameMessage maps an opcode to its message family (SEND or WRITE), for
+// the check that a message's packets belong together.
+func sameMessage(op roce.Opcode) bool { return !isWrite(op) }
+
+func isWrite(op roce.Opcode) bool { return op >= roce.OpWriteFirst && op <= roce.OpWriteOnlyImm }

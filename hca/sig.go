@@ -1,6 +1,9 @@
 package hca
 
 import (
+	"errors"
+	"fmt"
+
 	"github.com/hcasim/hcasim/cq"
 	"github.com/hcasim/hcasim/klm"
 	"github.com/hcasim/hcasim/psv"
@@ -128,12 +131,32 @@ func (qp *QP) resolveKey(segs [][]byte, key klm.Key, addr, n uint64, need klm.Ac
 	return segs, &sigAccess{sig: sig, first: woff / sig.WireBlock(), wlen: n, toWire: toWire, fn: qp.fn, key: key, expect: m.ExpectedSigErr, qp: qp}, nil
 }
 
-// moveData moves a message from src to dst segments, through the
-// signature transforms of either side (both: through a bounce buffer
-// holding the wire stream).
-// moveData runs in the responder qp for a request from req.
-func (qp *QP) moveData(req *QP, dst [][]byte, dsig *sigAccess, src [][]byte, ssig *sigAccess) {
-	if h := qp.dev.fabric.hook.Load(); h != nil {
+// moveData moves a message of request r from src to dst segments, through
+// the signature transforms of either side (both: through a bounce buffer
+// holding the wire stream), in the responder qp. A PI error or failure of
+// the requester's own transform (r.srcSig, r.dstSig: the fabric lets the
+// responder run it) goes back in r for the requester to report; one of
+// the responder's transform is reported here, and a transform that could
+// not run is returned.
+func (qp *QP) moveData(r *request, dst [][]byte, dsig *sigAccess, src [][]byte, ssig *sigAccess) error {
+	var own error
+	run := func(sa *sigAccess, dst, src [][]byte) {
+		e, err := sa.run(dst, src)
+		if sa == r.srcSig || sa == r.dstSig {
+			if e != nil && r.peerSigErr == nil {
+				r.peerSigErr = e
+			}
+			r.peerSigFail = r.peerSigFail || err != nil
+			return
+		}
+		if e != nil {
+			sa.report(e)
+		}
+		if err != nil && own == nil {
+			own = err
+		}
+	}
+	if h := qp.dev.fabric.hook.Load(); h != nil && r.from != nil {
 		// Through a buffer holding the wire stream, which the hook sees.
 		n := uint64(0)
 		for _, s := range src {
@@ -144,50 +167,69 @@ func (qp *QP) moveData(req *QP, dst [][]byte, dsig *sigAccess, src [][]byte, ssi
 		}
 		wire := make([]byte, n)
 		if ssig != nil {
-			ssig.run([][]byte{wire}, src)
+			run(ssig, [][]byte{wire}, src)
 		} else {
 			copySegs([][]byte{wire}, src)
 		}
-		(*h)(&WireMsg{ReqLID: req.dev.lid, ReqQPN: req.qpn, RespLID: qp.dev.lid, RespQPN: qp.qpn, Wire: wire})
+		(*h)(&WireMsg{ReqLID: r.from.dev.lid, ReqQPN: r.from.qpn, RespLID: qp.dev.lid, RespQPN: qp.qpn, Wire: wire})
 		if dsig != nil {
-			dsig.run(dst, [][]byte{wire})
+			run(dsig, dst, [][]byte{wire})
 		} else {
 			copySegs(dst, [][]byte{wire})
 		}
-		return
+		return own
 	}
 	switch {
 	case ssig == nil && dsig == nil:
 		copySegs(dst, src)
 	case dsig == nil:
-		ssig.run(dst, src)
+		run(ssig, dst, src)
 	case ssig == nil:
-		dsig.run(dst, src)
+		run(dsig, dst, src)
 	default:
 		// Memory to wire into a bounce buffer, then wire to memory.
 		wire := make([]byte, ssig.wlen)
-		ssig.run([][]byte{wire}, src)
-		dsig.run(dst, [][]byte{wire})
+		run(ssig, [][]byte{wire}, src)
+		run(dsig, dst, [][]byte{wire})
 	}
+	return own
 }
 
-// run streams src into dst through the access's transform and reports its
-// first PI error.
-func (sa *sigAccess) run(dst, src [][]byte) {
+// errSigStream is a signature transform that could not run: its
+// configuration does not make a stream.
+var errSigStream = errors.New("hca: signature transform failed")
+
+// run streams src into dst through the access's transform. It returns the
+// first PI error, and an error if the transform could not run. An access
+// that ends inside a block (its data or its PI) is not an error: the
+// partial block is moved unchecked, as the hardware does, and Close's
+// report of it is not one either.
+func (sa *sigAccess) run(dst, src [][]byte) (*t10dif.Error, error) {
 	cfg := sa.sig.Config(sa.toWire, sa.first)
 	st, err := t10dif.NewStream(&cfg)
 	if err != nil {
-		return
+		return nil, fmt.Errorf("%w: %w", errSigStream, err)
 	}
-	pump(st, dst, src)
-	st.Close()
-	if e := st.FirstError(); e != nil {
-		sa.report(e)
+	if err := pump(st, dst, src); err != nil {
+		return st.FirstError(), fmt.Errorf("%w: %w", errSigStream, err)
 	}
+	err = st.Close()
+	e := st.FirstError()
+	var pe *t10dif.Error
+	switch {
+	case err == nil, errors.As(err, &pe):
+	case errors.Is(err, t10dif.ErrPartialBlock), errors.Is(err, t10dif.ErrShortBuffer):
+		// The access ended inside a block's data or its PI.
+	default:
+		return e, fmt.Errorf("%w: %w", errSigStream, err)
+	}
+	return e, nil
 }
 
-// pump feeds src through st into dst, segment by segment.
-func pump(st *t10dif.Stream, dst, src [][]byte) {
+// pump feeds src through st into dst, segment by segment. It returns the
+// stream's error; output that does not fit dst is dropped (Close reports
+// the block left pending).
+func pump(st *t10dif.Stream, dst, src [][]byte) error {
 	var d []byte
 	for _, s := range src {
 		for len(s) > 0 {
@@ -195,8 +237,11 @@ func pump(st *t10dif.Stream, dst, src [][]byte) {
 				d, dst = dst[0], dst[1:]
 			}
 			nd, ns, err := st.Process(d, s)
-			if err != nil || (nd == 0 && ns == 0) {
-				return
+			if err != nil {
+				return err
+			}
+			if nd == 0 && ns == 0 {
+				return nil
 			}
 			d, s = d[nd:], s[ns:]
 		}
@@ -207,11 +252,15 @@ func pump(st *t10dif.Stream, dst, src [][]byte) {
 			d, dst = dst[0], dst[1:]
 		}
 		nd, _, err := st.Process(d, nil)
-		if err != nil || nd == 0 {
-			return
+		if err != nil {
+			return err
+		}
+		if nd == 0 {
+			return nil
 		}
 		d = d[nd:]
 	}
+	return nil
 }
 
 // report writes the signature error CQE of an error, if the mkey's

@@ -57,6 +57,35 @@ func portOr(p uint16) uint16 {
 // Build returns the frame carrying p with payload from src to dst. The
 // pad count is set from the payload; p.ICRC is set to the sealed ICRC.
 func (b *FrameBuilder) Build(src, dst Endpoint, o FrameOptions, p *Packet, payload []byte) ([]byte, error) {
+	b.data = payload
+	p.ICRC = 0
+	frame, err := b.build(src, dst, o, p, &b.data)
+	if err != nil {
+		return nil, err
+	}
+	crc, field, err := l3ICRC(frame[ethHeader:])
+	if err != nil {
+		return nil, err
+	}
+	binary.LittleEndian.PutUint32(field, crc)
+	p.ICRC = crc
+	return frame, nil
+}
+
+// BuildDatagram returns the frame carrying datagram — a RoCEv2 packet as
+// a UDP socket sent or received it, ICRC included — from src to dst, its
+// bytes as they are (a capture of what went on the wire, a bad ICRC
+// included).
+func (b *FrameBuilder) BuildDatagram(src, dst Endpoint, o FrameOptions, datagram []byte) ([]byte, error) {
+	b.data = datagram
+	return b.build(src, dst, o, &b.data)
+}
+
+const ethHeader = 14
+
+// build serializes Ethernet, IP and UDP headers before the layers given
+// and sets the IPv4 checksum.
+func (b *FrameBuilder) build(src, dst Endpoint, o FrameOptions, upper ...gopacket.SerializableLayer) ([]byte, error) {
 	s, d := src.IP.Unmap(), dst.IP.Unmap()
 	if !s.IsValid() || !d.IsValid() || s.Is4() != d.Is4() {
 		return nil, fmt.Errorf("build frame %v → %v: %w", src.IP, dst.IP, ErrNotRoCE)
@@ -82,23 +111,15 @@ func (b *FrameBuilder) Build(src, dst Endpoint, o FrameOptions, p *Packet, paylo
 			NextHeader: layers.IPProtocolUDP, HopLimit: hop, SrcIP: s.AsSlice(), DstIP: d.AsSlice()}
 		l3 = &b.ip6
 	}
-	b.data = payload
-	p.ICRC = 0
+	all := append([]gopacket.SerializableLayer{&b.eth, l3, &b.udp}, upper...)
 	opts := gopacket.SerializeOptions{FixLengths: true}
-	if err := gopacket.SerializeLayers(b.buf, opts, &b.eth, l3, &b.udp, p, b.data); err != nil {
+	if err := gopacket.SerializeLayers(b.buf, opts, all...); err != nil {
 		return nil, fmt.Errorf("build frame: %w", err)
 	}
 	frame := b.buf.Bytes()
-	const ethHeader = 14
 	if s.Is4() {
 		ipv4Checksum(frame[ethHeader : ethHeader+ipv4MinHeader])
 	}
-	crc, field, err := l3ICRC(frame[ethHeader:])
-	if err != nil {
-		return nil, err
-	}
-	binary.LittleEndian.PutUint32(field, crc)
-	p.ICRC = crc
 	return frame, nil
 }
 

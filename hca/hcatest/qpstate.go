@@ -39,7 +39,7 @@ func postBeforeRTS(t *testing.T, s *suite) {
 	postErr(t, "PostSend in INIT", ea.qp, wr, 0, verbs.ErrQPState)
 	ea.recv(rwr(3, a.mr.SGE(0, 64))) // receives may be posted in INIT
 	bi := eb.qp.Info()
-	if err := ea.qp.Modify(&verbs.QPAttr{State: verbs.StateRTR, DestLID: bi.LID, DestQPN: bi.QPN, RQPSN: bi.PSN, MinRNRTimer: 12, MaxDestRDAtomic: 16}); err != nil {
+	if err := ea.qp.Modify(&verbs.QPAttr{State: verbs.StateRTR, DestLID: bi.LID, DestGID: bi.GID, DestQPN: bi.QPN, RQPSN: bi.PSN, MinRNRTimer: 12, MaxDestRDAtomic: 16}); err != nil {
 		t.Fatalf("to RTR: %v", err)
 	}
 	postErr(t, "PostSend in RTR", ea.qp, wr, 0, verbs.ErrQPState)
@@ -207,7 +207,7 @@ func sqdOutstanding(t *testing.T, s *suite) {
 	bi := eb.qp.Info()
 	for _, attr := range []verbs.QPAttr{
 		{State: verbs.StateInit, Access: allAccess},
-		{State: verbs.StateRTR, DestLID: bi.LID, DestQPN: bi.QPN, RQPSN: bi.PSN, MinRNRTimer: 12, MaxDestRDAtomic: 16},
+		{State: verbs.StateRTR, DestLID: bi.LID, DestGID: bi.GID, DestQPN: bi.QPN, RQPSN: bi.PSN, MinRNRTimer: 12, MaxDestRDAtomic: 16},
 		{State: verbs.StateRTS, SQPSN: ea.qp.Info().PSN, Timeout: 0, RetryCnt: 7, RNRRetry: 7, MaxRDAtomic: 16},
 	} {
 		if err := ea.qp.Modify(&attr); err != nil {

@@ -38,6 +38,7 @@ type Context struct {
 	fn   hca.Function
 	caps hca.Caps
 	lid  uint16
+	gid  [16]byte
 
 	mu      sync.Mutex
 	closed  bool
@@ -79,6 +80,9 @@ func New(fn hca.Function) (*Context, error) {
 	}
 	c.caps = capsFrom(out)
 	c.lid = uint16(out.U32(hca.CapOutLID) >> 16)
+	if len(out) >= hca.CapOutGID+16 {
+		copy(c.gid[:], out[hca.CapOutGID:])
+	}
 	go c.events()
 	return c, nil
 }
@@ -105,6 +109,9 @@ func (c *Context) Caps() hca.Caps { return c.caps }
 
 // LID returns the device's fabric address, for peers to connect to.
 func (c *Context) LID() uint16 { return c.lid }
+
+// GID returns the port's RoCEv2 GID (zero when the device has no wire).
+func (c *Context) GID() [16]byte { return c.gid }
 
 // Function returns the function the context drives.
 func (c *Context) Function() hca.Function { return c.fn }

@@ -77,6 +77,8 @@ type QPAttr struct {
 	// CurState is the state the QP is in, with AttrCurState.
 	CurState        QPState
 	DestLID         uint16
+	DestGID         [16]byte // the peer's GID: another host's (not zero, not the local port's) routes over the RoCEv2 wire
+	PathMTU         MTU      // 0 means MTU4096
 	DestQPN         uint32
 	RQPSN, SQPSN    uint32
 	MinRNRTimer     uint8
@@ -87,9 +89,22 @@ type QPAttr struct {
 	MaxDestRDAtomic uint8
 }
 
+// MTU is a path MTU in IB's encoding (IBV_MTU_*).
+type MTU uint8
+
+// Path MTUs.
+const (
+	MTU256  MTU = 1
+	MTU512  MTU = 2
+	MTU1024 MTU = 3
+	MTU2048 MTU = 4
+	MTU4096 MTU = 5
+)
+
 // QPInfo is what a peer needs to connect to a QP.
 type QPInfo struct {
 	LID uint16
+	GID [16]byte // the port's RoCEv2 GID (zero: no wire)
 	QPN uint32
 	PSN uint32
 }
@@ -289,7 +304,9 @@ func (qp *QP) free() {
 func (qp *QP) QPN() uint32 { return qp.qpn }
 
 // Info returns what a peer needs to connect to this QP.
-func (qp *QP) Info() QPInfo { return QPInfo{LID: qp.ctx.lid, QPN: qp.qpn, PSN: qp.psn} }
+func (qp *QP) Info() QPInfo {
+	return QPInfo{LID: qp.ctx.lid, GID: qp.ctx.gid, QPN: qp.qpn, PSN: qp.psn}
+}
 
 // State returns the state the driver last moved the QP to.
 func (qp *QP) State() QPState {
@@ -343,7 +360,7 @@ func (qp *QP) Modify(a *QPAttr) error {
 	default:
 		return fmt.Errorf("modify qp %#x from %v to %v: %w", qp.qpn, cur, a.State, ErrQPState)
 	}
-	in := hca.NewIn(op, hca.QPModifySize).Put32(hca.QPNOff, qp.qpn)
+	in := hca.NewIn(op, hca.QPModifyGIDSize).Put32(hca.QPNOff, qp.qpn)
 	if a.Mask&AttrAccess != 0 {
 		in.Put32(hca.QPOptMask, hca.QPOptAccess)
 	}
@@ -360,7 +377,8 @@ func (qp *QP) Modify(a *QPAttr) error {
 	in.Put8(hca.QPCAccess+3, acc).Put16(hca.QPCRemoteLID, a.DestLID).Put32(hca.QPCRemoteQPN, a.DestQPN)
 	in.Put32(hca.QPCRQPSN, a.RQPSN).Put32(hca.QPCSQPSN, a.SQPSN)
 	in.Put8(hca.QPCMinRNR, a.MinRNRTimer).Put8(hca.QPCTimeout, a.Timeout).Put8(hca.QPCRetry, a.RetryCnt).Put8(hca.QPCRNRRetry, a.RNRRetry)
-	in.Put8(hca.QPCMaxRD, a.MaxRDAtomic).Put8(hca.QPCMaxDestRD, a.MaxDestRDAtomic)
+	in.Put8(hca.QPCMaxRD, a.MaxRDAtomic).Put8(hca.QPCMaxDestRD, a.MaxDestRDAtomic).Put8(hca.QPCMTU, uint8(a.PathMTU))
+	copy(in[hca.QPCRemoteGID:], a.DestGID[:])
 	if _, err := qp.ctx.cmd(in); err != nil {
 		return fmt.Errorf("modify qp %#x to %v: %w", qp.qpn, a.State, err)
 	}
@@ -384,6 +402,7 @@ type ConnectOptions struct {
 	RNRRetry    uint8  // default 7 (forever)
 	MinRNRTimer uint8  // default 12 (0.64 ms)
 	MaxRD       uint8  // default 16
+	PathMTU     MTU    // default MTU4096
 }
 
 // Connect moves a RESET QP through INIT and RTR to RTS, connected to remote.
@@ -412,7 +431,8 @@ func (qp *QP) Connect(remote QPInfo, o *ConnectOptions) error {
 	}
 	for _, a := range []QPAttr{
 		{State: StateInit, Access: opt.Access},
-		{State: StateRTR, DestLID: remote.LID, DestQPN: remote.QPN, RQPSN: remote.PSN, MinRNRTimer: opt.MinRNRTimer, MaxDestRDAtomic: opt.MaxRD},
+		{State: StateRTR, DestLID: remote.LID, DestGID: remote.GID, PathMTU: opt.PathMTU, DestQPN: remote.QPN, RQPSN: remote.PSN,
+			MinRNRTimer: opt.MinRNRTimer, MaxDestRDAtomic: opt.MaxRD},
 		{State: StateRTS, SQPSN: qp.psn, Timeout: opt.Timeout, RetryCnt: opt.RetryCnt, RNRRetry: opt.RNRRetry, MaxRDAtomic: opt.MaxRD},
 	} {
 		if err := qp.Modify(&a); err != nil {

@@ -1,0 +1,329 @@
+package hca
+
+// The transport: how a requester's messages reach its peer's responder and
+// its answers come back. Both engines talk to a transport, never to each
+// other: the in-process Fabric hands requests over as values that point
+// into the requester's memory (no copies), the RoCEv2 wire (wire.go)
+// carries them as packets over UDP. Either way the requester owns its
+// memory and its side of a signature transform, and each side writes only
+// its own CQEs and signature errors: where the fabric lets the responder
+// run the requester's transform to save a copy, the error comes back in
+// the request and the requester reports it when the answer arrives.
+
+import (
+	"sync"
+	"sync/atomic"
+
+	"github.com/hcasim/hcasim/klm"
+	"github.com/hcasim/hcasim/roce"
+	"github.com/hcasim/hcasim/sq"
+	"github.com/hcasim/hcasim/t10dif"
+)
+
+// transport carries one QP's RC traffic.
+type transport interface {
+	// send hands the requester qp's requests toward the responder that a
+	// names; each carries one reference for it, which it releases.
+	send(qp *QP, a *qpAttr, reqs []*request)
+	// answer carries the responder qp's answers to to (the requester of
+	// the requests they answer: a QP of this process, or nil for the
+	// peer a names on the wire).
+	answer(qp *QP, a *qpAttr, to *QP, ans []response)
+}
+
+// route returns the transport a QP connected with a uses: the wire when
+// its remote GID is another host's, the device's fabric otherwise.
+func (d *Device) route(a *qpAttr) transport {
+	if w := d.wire.Load(); w != nil && a.remoteGID != ([16]byte{}) && a.remoteGID != w.gid {
+		return w
+	}
+	return d.fabric
+}
+
+// packets returns how many PSNs a message of op and length takes at the
+// path MTU: one per packet (for a READ, per response packet).
+func packets(op sq.Opcode, length uint64, mtu int) int {
+	switch op {
+	case sq.OpAtomicCS, sq.OpAtomicFA:
+		return 1
+	}
+	if length > 1<<31 {
+		length = 1 << 31
+	}
+	return roce.Packets(int(length), mtu)
+}
+
+// request is one RC request message from a requester to its peer's
+// responder. Data moves without copies: src are segments of the
+// requester's memory (gather), dst segments the responder writes a READ's
+// data or an atomic's result into.
+type request struct {
+	from      *QP    // the requester (nil: a request from the wire)
+	psn       uint32 // the first PSN
+	npkts     int    // PSNs the message takes
+	op        sq.Opcode
+	raddr     uint64
+	rkey      klm.Key
+	length    uint64
+	src       [][]byte
+	dst       [][]byte
+	srcSig    *sigAccess // src is the memory domain of a signature key
+	dstSig    *sigAccess // dst is the memory domain of a signature key
+	imm       uint32     // immediate data, or the rkey a SEND_INVAL invalidates
+	swapAdd   uint64
+	compare   uint64
+	solicited bool
+	segArr    [2][]byte // backing for src or dst of one or two segments
+
+	// Where the fabric's responder ran the requester's signature transform
+	// (srcSig or dstSig): its first PI error, and whether the transform
+	// could not run, for the requester to report (under memMu).
+	peerSigErr  *t10dif.Error
+	peerSigFail bool
+
+	// On the wire: the requester's transmit state.
+	wireData []byte // the message's wire bytes, once made (a signature source)
+	rdNext   uint32 // the next READ response PSN awaited
+	rdBuf    []byte // READ response data awaiting a dstSig transform
+	rdGap    bool   // a READ response went missing: resent, not yet mended
+	// A request from the wire: the packet it arrived in (the responder
+	// assembles the message from them).
+	pkt *packetBuf
+
+	// memMu guards the requester's memory (src, dst) against a responder
+	// that reaches it after the WQE retired: a READ served again for a
+	// retransmission whose first answer already completed it, a request
+	// racing a flush, or one whose QP was destroyed (its function's memory
+	// may be unmapped next). A responder serves a request holding memMu,
+	// and drops it if retired, as if its packets never arrived; the
+	// requester sets retired before the WQE's completion, flush or reset,
+	// and when its QP stops.
+	memMu   sync.Mutex
+	retired bool
+
+	// refs counts the request's holders: the requester until it retires
+	// it, and each copy in flight to the responder (from the step's out
+	// list through the peer's inbox until it is served or dropped). The
+	// last release recycles it.
+	refs atomic.Int32
+}
+
+// requests recycles requests: a steady flow of operations allocates none.
+var requests = sync.Pool{New: func() any { return new(request) }}
+
+// newRequest returns a zeroed request held by its requester.
+func newRequest() *request {
+	r := requests.Get().(*request)
+	r.refs.Store(1)
+	return r
+}
+
+// hold takes a reference for a copy in flight to the responder.
+func (r *request) hold() { r.refs.Add(1) }
+
+// release drops a reference; the last one recycles the request.
+func (r *request) release() {
+	if r.refs.Add(-1) == 0 {
+		if r.pkt != nil {
+			r.pkt.put()
+		}
+		*r = request{}
+		requests.Put(r)
+	}
+}
+
+// retire closes the request's memory to responders (see memMu), waiting
+// for a responder serving it, and drops the requester's reference. Only
+// the first call counts.
+func (r *request) retire() {
+	if r == nil {
+		return
+	}
+	first := false
+	if r.src == nil && r.dst == nil {
+		// No memory: responders do not look at retired.
+		first, r.retired = !r.retired, true
+	} else {
+		r.memMu.Lock()
+		first, r.retired = !r.retired, true
+		r.memMu.Unlock()
+	}
+	if first {
+		r.release()
+	}
+}
+
+// respKind is a response's outcome: an ACK or a NAK.
+type respKind uint8
+
+const (
+	respACK      respKind = iota
+	respRNR               // receiver not ready: retry after the delay
+	respAccess            // remote access error
+	respInvalid           // invalid request
+	respRemoteOp          // remote operational error
+	respSeq               // PSN sequence error: resend from the PSN (the wire)
+	respData              // a READ response packet (the wire)
+)
+
+// response is an answer: an ACK of every message up to psn (the last PSN
+// of the message answered; coalesced on the wire), a NAK of the message
+// holding psn, or, with read, the answer of the READ or atomic whose last
+// PSN is psn (its data already in place on the fabric; on the wire in
+// value, or in respData packets).
+type response struct {
+	psn    uint32
+	kind   respKind
+	read   bool
+	atomic bool   // value is an atomic's original remote value (the wire)
+	last   bool   // respData: the READ response's last packet
+	rnrDly uint8  // the responder's min_rnr_timer, with respRNR
+	msn    uint32 // the responder's message sequence number (the wire)
+	value  uint64
+	// data is a respData packet's payload (in buf), or, in a responder's
+	// answer to a READ from the wire, the data to send.
+	data []byte
+	buf  *packetBuf
+}
+
+// free returns the answer's packet buffer.
+func (r *response) free() {
+	if r.buf != nil {
+		r.buf.put()
+		r.buf = nil
+	}
+}
+
+// Fabric connects devices in one process: a QP addresses its peer by the
+// peer device's LID and QP number, as on an InfiniBand subnet. It is safe
+// for concurrent use.
+type Fabric struct {
+	mu    sync.Mutex
+	nodes map[uint16]*Device
+	next  uint16
+	hook  atomic.Pointer[func(*WireMsg)]
+}
+
+// WireMsg is a message on the fabric as a wire hook sees it: the
+// requester and responder QPs (an RDMA READ's data flows from the
+// responder to the requester) and the wire bytes, which the hook may change.
+type WireMsg struct {
+	ReqLID, RespLID uint16
+	ReqQPN, RespQPN uint32
+	Wire            []byte
+}
+
+// SetWireHook installs hook to see, and change, the wire bytes of every
+// message moved on the fabric (a test hook: it flips bits "on the wire");
+// nil removes it. With a hook, data moves through a buffer holding the
+// wire stream instead of straight from memory to memory.
+func (f *Fabric) SetWireHook(hook func(m *WireMsg)) {
+	if hook == nil {
+		f.hook.Store(nil)
+		return
+	}
+	f.hook.Store(&hook)
+}
+
+// NewFabric returns an empty fabric.
+func NewFabric() *Fabric { return &Fabric{nodes: map[uint16]*Device{}, next: 1} }
+
+func (f *Fabric) attach(d *Device, want uint16) uint16 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if want != 0 && f.nodes[want] == nil {
+		f.nodes[want] = d
+		return want
+	}
+	for f.nodes[f.next] != nil || f.next == 0 {
+		f.next++
+	}
+	lid := f.next
+	f.next++
+	f.nodes[lid] = d
+	return lid
+}
+
+func (f *Fabric) detach(d *Device) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.nodes[d.lid] == d {
+		delete(f.nodes, d.lid)
+	}
+}
+
+// send hands requests to the QP at a's (LID, QPN); a peer that does not
+// exist or whose inbox is full drops them, and the ACK timeout resends.
+func (f *Fabric) send(qp *QP, a *qpAttr, reqs []*request) {
+	n := 0
+	if peer := f.lookup(a.remoteLID, a.remoteQPN); peer != nil {
+		n = peer.inbox.put(reqs...)
+	}
+	for _, r := range reqs[n:] {
+		r.release()
+	}
+}
+
+// answer hands answers to the requester to.
+func (f *Fabric) answer(qp *QP, a *qpAttr, to *QP, ans []response) {
+	if to != nil {
+		to.acks.put(ans...)
+	}
+}
+
+// lookup returns the QP at (lid, qpn), or nil.
+func (f *Fabric) lookup(lid uint16, qpn uint32) *QP {
+	f.mu.Lock()
+	d := f.nodes[lid]
+	f.mu.Unlock()
+	if d == nil {
+		return nil
+	}
+	return d.qp(qpn)
+}
+
+// mbox is a many-producer, one-consumer queue that wakes its consumer once
+// per batch: producers append under a lock and signal a channel of
+// capacity one; the consumer takes the whole batch at once, handing back
+// its previous buffer, so a steady flow allocates nothing.
+type mbox[T any] struct {
+	mu    sync.Mutex
+	items []T
+	sig   chan struct{}
+	limit int
+}
+
+func newMbox[T any](limit int) *mbox[T] {
+	return &mbox[T]{sig: make(chan struct{}, 1), limit: limit}
+}
+
+// put appends items and wakes the consumer; items beyond the limit are
+// dropped (a requester retransmits them after its timeout). It returns how
+// many it took: items[:n].
+func (m *mbox[T]) put(items ...T) int {
+	if len(items) == 0 {
+		return 0
+	}
+	m.mu.Lock()
+	n := min(len(items), m.limit-len(m.items))
+	if n > 0 {
+		m.items = append(m.items, items[:n]...)
+	}
+	m.mu.Unlock()
+	select {
+	case m.sig <- struct{}{}:
+	default:
+	}
+	return max(n, 0)
+}
+
+// take returns the queued items and keeps buf (emptied) as the next
+// batch's storage.
+func (m *mbox[T]) take(buf []T) []T {
+	m.mu.Lock()
+	out := m.items
+	clear(buf[:cap(buf)])
+	m.items = buf[:0]
+	m.mu.Unlock()
+	return out
+}
