@@ -553,9 +553,8 @@ func (r *request) lastPSN() uint32 { return roce.PSNAdd(r.psn, max(r.npkts, 1)-1
 
 // ackUpTo completes, in order, every message an ACK at r.psn covers: each
 // SEND and WRITE whose last PSN is not after it and, with r.read, the READ
-// or atomic that ends at it. A READ or atomic without its answer stays
-// outstanding (a later ACK means its response was lost: the timer
-// resends it).
+// or atomic that ends at it. It stops at a READ or atomic without its
+// answer.
 func (qp *QP) ackUpTo(s *reqState, r response) {
 	for _, p := range s.inflight {
 		if p.req == nil || p.acked || p.done {
@@ -567,7 +566,14 @@ func (qp *QP) ackUpTo(s *reqState, r response) {
 		}
 		if p.readAtomic {
 			if !r.read || last != r.psn {
-				continue
+				// An answer past a READ or atomic without its response:
+				// responses come in order, so that one was lost (an
+				// implicit NAK). Resend from it, once until the timer.
+				if !p.req.rdGap {
+					p.req.rdGap = true
+					qp.resend(s, p)
+				}
+				return
 			}
 			if r.atomic {
 				var w [8]byte
@@ -716,6 +722,11 @@ func (qp *QP) onTimer(s *reqState) {
 			qp.dev.count(&qp.dev.ctr.retryExceeded)
 			qp.fail(s, head, cq.SyndromeTransportRetry)
 			return
+		}
+	}
+	for _, p := range s.inflight {
+		if p.req != nil {
+			p.req.rdGap = false
 		}
 	}
 	qp.resend(s, head)

@@ -103,3 +103,20 @@ func TestWire(t *testing.T) {
 	})
 	hcatest.RunOptions(t, hcatest.Options{Local: opener(d1), Remote: opener(d2), WireHook: hook})
 }
+
+// TestWireLossy runs the suite across two hosts whose ports drop,
+// duplicate, reorder and corrupt (caught by the ICRC) 1% of the packets
+// they send each: every scenario still sees each signaled WR complete
+// once, with the right data.
+func TestWireLossy(t *testing.T) {
+	d1, d2, hook := wirePair(t, hca.Faults{Loss: 0.01, Duplicate: 0.01, Reorder: 0.01, Corrupt: 0.01, Seed: 1})
+	t.Cleanup(func() {
+		c1, c2 := d1.Counters(), d2.Counters()
+		t.Logf("port 1: %+v", c1)
+		t.Logf("port 2: %+v", c2)
+		if c1.InjectedLoss == 0 || c1.Retransmits == 0 || c2.ICRCErrors == 0 {
+			t.Errorf("no faults injected or recovered from: %+v / %+v", c1, c2)
+		}
+	})
+	hcatest.RunOptions(t, hcatest.Options{Local: opener(d1), Remote: opener(d2), WireHook: hook, Lossy: true})
+}
