@@ -190,7 +190,7 @@ func (f *Func) createQP(in In) Out {
 		fn: f, dev: f.dev, pd: pd, scq: scq, rcq: rcq, integrity: flags&QPFlagIntegr != 0, drainSig: flags&QPFlagDrainSigErr != 0,
 		sqr: sqr, rqBuf: rqBuf, rqDB: db[:4], rqLog: logRQ, rqStride: logStride,
 		bell: make(chan struct{}, 1), rbell: make(chan struct{}, 1),
-		acks: newMbox[response](2 * window), inbox: newMbox[*request](inboxSize), stop: make(chan struct{}),
+		acks: newMbox[response](inboxSize), inbox: newMbox[*request](inboxSize), stop: make(chan struct{}),
 	}
 	if flags&QPFlagDBHint != 0 {
 		qp.sqHint = db[8:12]

@@ -157,6 +157,18 @@ func (qp *QP) takeAcks(s *reqState) {
 // flushOut hands the step's requests to the transport in one batch, and
 // keeps the timer armed while requests await answers.
 func (qp *QP) flushOut(s *reqState) {
+	// A retransmission queued in this step for a request the step then
+	// completed is not sent: its memory is the application's again.
+	out := s.out[:0]
+	for _, r := range s.out {
+		if r.retired {
+			r.release()
+		} else {
+			out = append(out, r)
+		}
+	}
+	clear(s.out[len(out):])
+	s.out = out
 	if len(s.out) > 0 {
 		_, a, _ := qp.snapshot()
 		qp.dev.route(&a).send(qp, &a, s.out)
@@ -519,6 +531,7 @@ func (qp *QP) onResponse(s *reqState, r response) {
 	switch r.kind {
 	case respRNR:
 		if a.rnrRetry != 7 && p.rnrRetries >= int(a.rnrRetry) {
+			qp.dev.log.Warn("RNR retry count exceeded", "qpn", qp.qpn, "wqe", p.idx, "psn", p.req.psn, "remote_qpn", a.remoteQPN)
 			qp.dev.count(&qp.dev.ctr.retryExceeded)
 			qp.fail(s, p, cq.SyndromeRNRRetry)
 			return
@@ -530,6 +543,13 @@ func (qp *QP) onResponse(s *reqState, r response) {
 		// Go back N: resend from the message the responder waits for,
 		// unless an RNR NAK's delay is running (its end resends).
 		qp.dev.count(&qp.dev.ctr.seqNAKs)
+		if d := roce.PSNDiff(r.psn, p.req.txFrom); p.req.holds(r.psn) && (d > 0 || !p.req.nakSeen) {
+			// The responder took packets of the message since the last
+			// one: progress, the retry count starts again; resends start
+			// from the PSN it waits for.
+			p.retries = 0
+			p.req.txFrom, p.req.nakSeen = r.psn, true
+		}
 		if !s.rnrWait {
 			qp.resend(s, p)
 		}
@@ -562,6 +582,12 @@ func (qp *QP) ackUpTo(s *reqState, r response) {
 		}
 		last := p.req.lastPSN()
 		if roce.PSNDiff(last, r.psn) > 0 {
+			if !p.readAtomic && p.req.holds(r.psn) {
+				// An ACK inside a long message: its packets up to r.psn
+				// arrived. A resend starts after them.
+				p.retries = 0
+				p.req.txFrom, p.req.nakSeen = roce.PSNAdd(r.psn, 1), true
+			}
 			return
 		}
 		if p.readAtomic {
@@ -637,6 +663,7 @@ func (qp *QP) onReadData(s *reqState, a *qpAttr, r response) {
 		return
 	}
 	req.rdGap = false
+	p.retries = 0 // progress: the retry count starts again
 	off := uint64(roce.PSNDiff(r.psn, req.psn)) * uint64(a.mtu())
 	if off+uint64(len(r.data)) > req.length || (r.last != (r.psn == req.lastPSN())) {
 		return // not this READ's response: dropped
@@ -719,6 +746,8 @@ func (qp *QP) onTimer(s *reqState) {
 		head.retries++
 		qp.dev.count(&qp.dev.ctr.timeouts)
 		if head.retries > int(a.retry) {
+			qp.dev.log.Warn("transport retry count exceeded", "qpn", qp.qpn, "wqe", head.idx, "psn", head.req.psn,
+				"retries", head.retries-1, "remote_qpn", a.remoteQPN)
 			qp.dev.count(&qp.dev.ctr.retryExceeded)
 			qp.fail(s, head, cq.SyndromeTransportRetry)
 			return

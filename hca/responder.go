@@ -26,6 +26,19 @@ type respState struct {
 	nakSeq   bool       // the wire: a sequence NAK is out for expected+asm.n
 	atomics  [16]atomicResult
 	atomicN  int
+	reads    [16]readRecord // the wire: READs executed, to serve a resent one again
+	readN    int
+}
+
+// readRecord is an executed READ: a resent request for any of its PSNs is
+// served from the original (a signature key's response cannot restart
+// inside a block).
+type readRecord struct {
+	psn    uint32
+	npkts  int
+	raddr  uint64
+	rkey   klm.Key
+	length uint64
 }
 
 // assembly is a multi-packet message from the wire being put together.
@@ -94,7 +107,7 @@ func (qp *QP) answer(s *respState, r *request, kind respKind, rnr uint8) {
 		case sq.OpRDMARead:
 			a.read = true
 			if r.from == nil && len(r.dst) == 1 {
-				a.data = r.dst[0]
+				a.data = r.dst[0][min(r.dataOff, uint64(len(r.dst[0]))):]
 			}
 		case sq.OpAtomicCS, sq.OpAtomicFA:
 			a.read = true
@@ -104,6 +117,11 @@ func (qp *QP) answer(s *respState, r *request, kind respKind, rnr uint8) {
 		}
 	}
 	s.answers = append(s.answers, a)
+	if a.data != nil {
+		// READ data goes out at once, not after the rest of the batch is
+		// served: the requester's timer sees the responder at work.
+		qp.sendAnswers(s)
+	}
 }
 
 func (qp *QP) sendAnswers(s *respState) {
@@ -217,6 +235,10 @@ func (qp *QP) serve(s *respState, r *request) {
 	}
 	switch kind {
 	case respACK:
+		if r.op == sq.OpRDMARead && r.from == nil {
+			s.reads[s.readN%len(s.reads)] = readRecord{psn: r.psn, npkts: r.npkts, raddr: r.raddr, rkey: r.rkey, length: r.length}
+			s.readN++
+		}
 		s.expected = roce.PSNAdd(s.expected, max(r.npkts, 1))
 		s.msn = (s.msn + 1) & roce.PSNMask
 		qp.answer(s, r, respACK, 0)
@@ -583,6 +605,9 @@ func (qp *QP) servePacket(s *respState, in *request) {
 	s.asm.data = append(s.asm.data, p.Payload...)
 	s.asm.n++
 	if pos != roce.PosLast && pos != roce.PosOnly {
+		if p.AckReq {
+			qp.answer(s, &request{psn: p.PSN, npkts: 1}, respACK, 0) // how far the message got
+		}
 		return
 	}
 	m := &request{psn: s.asm.first, npkts: s.asm.n, length: uint64(len(s.asm.data)), src: [][]byte{s.asm.data},
@@ -641,9 +666,19 @@ func wireRequest(p *roce.Packet, mtu int) (*request, bool) {
 // or WRITE (or one asking for an ACK) ACKed with the last PSN executed.
 func (qp *QP) duplicatePacket(s *respState, a *qpAttr, p *roce.Packet) {
 	switch p.Opcode {
-	case roce.OpReadRequest, roce.OpCompareSwap, roce.OpFetchAdd:
+	case roce.OpReadRequest:
+		for _, e := range s.reads {
+			if d := roce.PSNDiff(p.PSN, e.psn); e.npkts > 0 && d >= 0 && int(d) < e.npkts {
+				m := &request{op: sq.OpRDMARead, psn: e.psn, npkts: e.npkts, raddr: e.raddr, rkey: e.rkey, length: e.length,
+					dst: [][]byte{make([]byte, e.length)}, dataOff: uint64(d) * uint64(a.mtu())}
+				qp.serve(s, m) // serve takes its duplicate path
+				return
+			}
+		}
+		fallthrough
+	case roce.OpCompareSwap, roce.OpFetchAdd:
 		if m, ok := wireRequest(p, a.mtu()); ok {
-			qp.serve(s, m) // serve takes its duplicate path
+			qp.serve(s, m)
 		}
 		return
 	}

@@ -86,6 +86,10 @@ type request struct {
 	rdNext   uint32 // the next READ response PSN awaited
 	rdBuf    []byte // READ response data awaiting a dstSig transform
 	rdGap    bool   // a READ response went missing: resent, not yet mended
+	txFrom   uint32 // with txSet: the next transmission starts at this PSN (a sequence NAK's)
+	txSet    bool
+	nakSeen  bool   // a sequence NAK has set txFrom
+	dataOff  uint64 // a READ from the wire served again: its answer's data starts here
 	// A request from the wire: the packet it arrived in (the responder
 	// assembles the message from them).
 	pkt *packetBuf

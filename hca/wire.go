@@ -38,6 +38,15 @@ var (
 // requests. It bounds what a peer can make the device hold.
 const maxWireMessage = 64 << 20
 
+// ackEvery is how often a long message's packets ask for an ACK: the
+// responder's ACK of a MIDDLE packet tells the requester how far the
+// message got, so that a resend starts there.
+const ackEvery = 64
+
+// reorderWindow is the longest a packet held back for reordering waits
+// for the port's next packet.
+const reorderWindow = 200 * time.Microsecond
+
 // packetSize is the largest datagram the wire takes: a 4096-byte payload
 // with the longest headers, and room to spare (a larger one is truncated
 // and fails its ICRC).
@@ -251,8 +260,14 @@ func (w *wire) sendRequest(qp *QP, a *qpAttr, to netip.AddrPort, mtu int, r *req
 	p := roce.Packet{BTH: roce.BTH{PKey: 0xFFFF, DestQP: a.remoteQPN, PSN: r.psn, AckReq: true}}
 	switch r.op {
 	case sq.OpRDMARead:
-		p.Opcode = roce.OpReadRequest
-		p.RETH = roce.RETH{VA: r.raddr, RKey: uint32(r.rkey), DMALen: uint32(r.length)}
+		// From the first response not yet received: a READ resent after a
+		// loss asks only for the rest (IBA 9.7.5.2.9).
+		off := uint64(roce.PSNDiff(r.rdNext, r.psn)) * uint64(mtu)
+		if r.rdNext == r.psn || off >= r.length {
+			off = 0
+		}
+		p.Opcode, p.PSN = roce.OpReadRequest, roce.PSNAdd(r.psn, int(off)/mtu)
+		p.RETH = roce.RETH{VA: r.raddr + off, RKey: uint32(r.rkey), DMALen: uint32(r.length - off)}
 		w.tx(qp, a, to, &p, nil, 0, 0)
 		return
 	case sq.OpAtomicCS, sq.OpAtomicFA:
@@ -295,8 +310,12 @@ func (w *wire) sendRequest(qp *QP, a *qpAttr, to netip.AddrPort, mtu int, r *req
 		kind = roce.MsgWriteImm
 	}
 	n := max(r.npkts, 1)
-	off := uint64(0)
-	for i := range n {
+	start := 0
+	if r.nakSeen && r.holds(r.txFrom) {
+		start = int(roce.PSNDiff(r.txFrom, r.psn)) // the responder has the packets before
+	}
+	off := uint64(start) * uint64(mtu)
+	for i := start; i < n; i++ {
 		op, size, ok := roce.Segment(kind, int(r.length), mtu, i)
 		if !ok {
 			return
@@ -309,7 +328,7 @@ func (w *wire) sendRequest(qp *QP, a *qpAttr, to netip.AddrPort, mtu int, r *req
 			}
 		}
 		last := i == n-1
-		p.AckReq, p.SE = last, last && r.solicited
+		p.AckReq, p.SE = last || i%ackEvery == ackEvery-1, last && r.solicited
 		if last {
 			switch kind {
 			case roce.MsgSendImm, roce.MsgWriteImm:
@@ -474,6 +493,7 @@ func (w *wire) inject(b []byte, to netip.AddrPort, h, n int) {
 	}
 	switch {
 	case reorder:
+		// Held back until the port's next packet, or reorderWindow.
 		c.injReorder.Add(1)
 		cp := append([]byte(nil), b...)
 		w.fmu.Lock()
@@ -483,6 +503,19 @@ func (w *wire) inject(b []byte, to netip.AddrPort, h, n int) {
 		if prev != nil {
 			w.write(prev, prevTo)
 		}
+		w.timers.Add(1)
+		time.AfterFunc(reorderWindow, func() {
+			defer w.timers.Done()
+			w.fmu.Lock()
+			mine := len(w.held) > 0 && &w.held[0] == &cp[0]
+			if mine {
+				w.held = nil
+			}
+			w.fmu.Unlock()
+			if mine {
+				w.write(cp, to)
+			}
+		})
 		return
 	case delay:
 		c.injDelay.Add(1)

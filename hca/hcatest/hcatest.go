@@ -89,8 +89,8 @@ type Options struct {
 var lossSensitive = map[string]bool{
 	"AccessErrors": true, "RNR": true, "TransportRetry": true,
 	"SendRecv/WithInvalidate": true, "SendRecv/WithInvalidateNotAllowed": true,
-	"Flush/RemoteErrorMidBatch": true, "QPState/SQDWithOutstandingWork": true,
-	"IntegrityErrors": true,
+	"Flush/RemoteErrorMidBatch": true, "Flush/ReceivesOfQPInError": true, "QPState/SQDWithOutstandingWork": true,
+	"IntegrityErrors": true, "FastReg/Lifecycle": true, "CQ/ArmSolicitedOnly": true,
 }
 
 // RunOptions runs every scenario as a subtest of t with the options.
