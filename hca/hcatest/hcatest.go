@@ -38,6 +38,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -78,6 +79,8 @@ type Options struct {
 	// arriving are skipped (lossSensitive); every other one must pass as
 	// on a lossless wire.
 	Lossy bool
+	// Groups, if not empty, names the groups to run (SendRecv, RDMA, …).
+	Groups []string
 }
 
 // lossSensitive are the groups and scenarios whose outcome a lossy wire
@@ -100,6 +103,9 @@ func RunOptions(t *testing.T, o Options) {
 	}
 	s := &suite{local: o.Local, remote: o.Remote, wireHook: o.WireHook}
 	for _, g := range groups {
+		if len(o.Groups) > 0 && !slices.Contains(o.Groups, g.name) {
+			continue
+		}
 		t.Run(g.name, func(t *testing.T) {
 			t.Parallel()
 			for _, sc := range g.scenarios {

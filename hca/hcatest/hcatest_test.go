@@ -1,9 +1,18 @@
 package hcatest_test
 
 import (
+	"bytes"
+	"fmt"
+	"math/rand/v2"
 	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
 	"net/netip"
 	"testing"
+
+	"github.com/stretchr/testify/require"
 
 	"github.com/hcasim/hcasim/hca"
 	"github.com/hcasim/hcasim/hca/hcatest"
@@ -48,8 +57,8 @@ func TestTwoDevices(t *testing.T) {
 }
 
 // wirePair returns two devices, each on a fabric of its own (two hosts),
-// with RoCEv2 ports on 127.0.0.2 and 127.0.0.3 at one free UDP port, and
-// a wire hook setter for both.
+// with RoCEv2 ports on two loopback addresses (freeWirePorts), and a wire
+// hook setter for both.
 func wirePair(t *testing.T, faults hca.Faults) (d1, d2 *hca.Device, hook func(func(*hca.WireMsg))) {
 	t.Helper()
 	f1, f2 := hca.NewFabric(), hca.NewFabric()
@@ -68,24 +77,28 @@ func wirePair(t *testing.T, faults hca.Faults) (d1, d2 *hca.Device, hook func(fu
 	return d1, d2, func(h func(*hca.WireMsg)) { f1.SetWireHook(h); f2.SetWireHook(h) }
 }
 
-// freeWirePorts returns 127.0.0.2:P and 127.0.0.3:P for a UDP port P free
-// on both.
+// freeWirePorts returns two hosts' RoCEv2 endpoints on loopback, at UDP
+// port 4791 as RoCEv2 has it: 127.X.Y.2 and 127.X.Y.3 for an X.Y no other
+// test holds.
 func freeWirePorts(t *testing.T) (netip.AddrPort, netip.AddrPort) {
 	t.Helper()
-	for range 50 {
-		c, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 2)})
-		if err != nil {
-			t.Fatal(err)
+	for range 100 {
+		x, y := byte(1+rand.IntN(254)), byte(rand.IntN(256))
+		a := netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, x, y, 2}), 4791)
+		b := netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, x, y, 3}), 4791)
+		c1, err1 := net.ListenUDP("udp", net.UDPAddrFromAddrPort(a))
+		c2, err2 := net.ListenUDP("udp", net.UDPAddrFromAddrPort(b))
+		if c1 != nil {
+			c1.Close()
 		}
-		p := uint16(c.LocalAddr().(*net.UDPAddr).Port)
-		c2, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 3), Port: int(p)})
-		c.Close()
-		if err == nil {
+		if c2 != nil {
 			c2.Close()
-			return netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, 0, 0, 2}), p), netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, 0, 0, 3}), p)
+		}
+		if err1 == nil && err2 == nil {
+			return a, b
 		}
 	}
-	t.Fatal("no UDP port free on both 127.0.0.2 and 127.0.0.3")
+	t.Fatal("no free pair of loopback RoCEv2 endpoints")
 	return netip.AddrPort{}, netip.AddrPort{}
 }
 
@@ -119,4 +132,85 @@ func TestWireLossy(t *testing.T) {
 		}
 	})
 	hcatest.RunOptions(t, hcatest.Options{Local: opener(d1), Remote: opener(d2), WireHook: hook, Lossy: true})
+}
+
+// TestWireCapture captures a mixed run across the wire — WRITE, READ, SEND
+// with immediate, atomics, integrity WRITEs and READs with PI on the wire,
+// retries after loss — and has two independent decoders read it: tshark
+// decodes every frame as InfiniBand with nothing malformed, and scapy's
+// BTH layer agrees with every ICRC.
+func TestWireCapture(t *testing.T) {
+	tshark := needTool(t, "tshark", "tshark")
+	py := needTool(t, "/usr/bin/python3", "python3-scapy")
+	f1, f2 := hca.NewFabric(), hca.NewFabric()
+	d1 := hca.New(hca.Options{TimeScale: timeScale, Fabric: f1, LID: 2})
+	d2 := hca.New(hca.Options{TimeScale: timeScale, Fabric: f2, LID: 3})
+	a1, a2 := freeWirePorts(t)
+	path := filepath.Join(t.TempDir(), "wire.pcap")
+	if d := os.Getenv("HCASIM_KEEP_PCAP"); d != "" {
+		path = filepath.Join(d, "wire.pcap")
+	}
+	out, err := os.Create(path)
+	require.NoError(t, err)
+	require.NoError(t, d1.ListenRoCE(hca.WireOptions{Addr: a1, Pcap: out}))
+	require.NoError(t, d2.ListenRoCE(hca.WireOptions{Addr: a2, Faults: hca.Faults{Loss: 0.005, Seed: 7}}))
+	t.Cleanup(func() {
+		d1.Close()
+		d2.Close()
+		require.NoError(t, out.Close())
+		c1, c2 := d1.Counters(), d2.Counters()
+		require.NotZero(t, c2.InjectedLoss, "no loss injected")
+		require.NotZero(t, c1.Retransmits+c2.Retransmits, "no retry after loss")
+		frames := int(c1.TxPackets + c1.RxPackets)
+
+		var stderr bytes.Buffer
+		cmd := exec.Command(tshark, "-r", path, "--disable-protocol", "rpcordma", "-T", "fields", "-e", "infiniband.bth.opcode")
+		cmd.Stderr = &stderr
+		ops, err := cmd.Output()
+		require.NoError(t, err, "%s", stderr.String())
+		lines := strings.Split(strings.TrimSpace(string(ops)), "\n")
+		require.Len(t, lines, frames, "tshark frames")
+		seen := map[string]int{}
+		for _, l := range lines {
+			seen[l]++
+		}
+		t.Logf("%d frames; opcodes %v", frames, seen)
+		for _, op := range []string{"6", "7", "8", "10", "12", "13", "14", "15", "16", "17", "18", "20", "5", "4"} {
+			require.NotZero(t, seen[op], "no frame with opcode %s", op)
+		}
+		cmd = exec.Command(tshark, "-r", path, "--disable-protocol", "rpcordma", "-Y", "_ws.malformed || _ws.expert.severity >= warning || !infiniband")
+		cmd.Stderr = &stderr
+		bad, err := cmd.Output()
+		require.NoError(t, err, "%s", stderr.String())
+		require.Empty(t, strings.TrimSpace(string(bad)), "malformed, warned-about or undecoded frames")
+
+		icrc, err := exec.Command(py, filepath.Join("..", "..", "roce", "testdata", "icrc_check.py"), path).CombinedOutput()
+		require.NoError(t, err, "%s", icrc)
+		res := strings.Split(strings.TrimSpace(string(icrc)), "\n")
+		require.Equal(t, fmt.Sprintf("frames %d", frames), res[len(res)-1])
+		for i, l := range res[:len(res)-1] {
+			require.Equal(t, fmt.Sprintf("ok %d", i+1), l, "scapy's ICRC check")
+		}
+	})
+	hcatest.RunOptions(t, hcatest.Options{Local: opener(d1), Remote: opener(d2), Lossy: true,
+		Groups: []string{"SendRecv", "RDMA", "Integrity"}})
+}
+
+// needTool returns the path of an external checker, or skips the test
+// with what to install — unless HCASIM_REQUIRE_TOOLS is set (CI sets it),
+// where a missing tool fails it.
+func needTool(t *testing.T, name, pkg string) string {
+	t.Helper()
+	path, err := exec.LookPath(name)
+	if err == nil && name == "/usr/bin/python3" {
+		err = exec.Command(path, "-c", "import scapy.contrib.roce").Run()
+	}
+	if err != nil {
+		msg := fmt.Sprintf("%s not usable (%v): install %s (Debian: apt-get install %s)", name, err, pkg, pkg)
+		if os.Getenv("HCASIM_REQUIRE_TOOLS") != "" {
+			t.Fatal(msg)
+		}
+		t.Skip(msg)
+	}
+	return path
 }

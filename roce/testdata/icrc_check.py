@@ -33,11 +33,13 @@ def main():
         if IPv6 in f:
             want, got = icrc_v6(bytes(f[IPv6]))
         elif IP in f and BTH in f:
-            got = bytes(f[IP])[f[IP].len - 4 : f[IP].len]
-            g = f.copy()
-            del g[BTH].icrc
-            rebuilt = bytes(g[IP])
-            want = rebuilt[f[IP].len - 4 : f[IP].len]
+            # The IP datagram without the Ethernet padding a short frame
+            # carries (scapy would read it as BTH payload).
+            ip = IP(bytes(f[IP])[: f[IP].len])
+            got = bytes(ip)[ip.len - 4 : ip.len]
+            del ip[BTH].icrc
+            rebuilt = bytes(ip)
+            want = rebuilt[ip.len - 4 : ip.len]
         else:
             print("bad %d (not RoCEv2)" % i)
             continue
