@@ -5,11 +5,11 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"net/netip"
 	"testing"
 
 	"github.com/stretchr/testify/require"
