@@ -30,6 +30,10 @@ const (
 	CmdDestroyPSV  = 0x601
 	CmdAllocPD     = 0x800
 	CmdDeallocPD   = 0x801
+	// CmdQueryPortCounters reads the port's counters (PortCounters, in
+	// field order, BE64 each from byte 8): mlx5's QUERY_VPORT_COUNTER
+	// opcode with the model's own layout.
+	CmdQueryPortCounters = 0x770
 )
 
 // Status is a command's completion status (the output mailbox's first byte).

@@ -34,6 +34,9 @@ const (
 	CapOutSize         = 80
 	CapFlagSigHandover = 1
 
+	// QUERY_PORT_COUNTERS output: the counters from 8.
+	CountersOut = 8
+
 	// ALLOC_PD output, DEALLOC_PD input: the PD.
 	PDOff = 8
 
@@ -145,6 +148,13 @@ func (f *Func) Command(inb []byte) (out []byte) {
 	switch op {
 	case CmdQueryHCACap:
 		return f.queryCap()
+	case CmdQueryPortCounters:
+		v := f.dev.Counters().Values()
+		o := In(okOut(CountersOut + 8*len(v)))
+		for i, x := range v {
+			o.Put64(CountersOut+8*i, x)
+		}
+		return Out(o)
 	case CmdAllocPD:
 		return f.allocPD()
 	case CmdDeallocPD:

@@ -108,6 +108,37 @@ type PortCounters struct {
 	InjectedDelay      uint64
 }
 
+// Values returns the counters in field order (the QUERY_PORT_COUNTERS
+// layout).
+func (c PortCounters) Values() []uint64 {
+	return []uint64{c.TxPackets, c.TxBytes, c.RxPackets, c.RxBytes, c.ICRCErrors, c.RxDropped, c.Retransmits, c.Timeouts,
+		c.RetryExceeded, c.SeqNAKsRecv, c.RNRNAKsRecv, c.NAKsSent, c.OutOfSequence, c.Duplicates, c.InjectedLoss,
+		c.InjectedDup, c.InjectedReorder, c.InjectedCorrupt, c.InjectedDelay}
+}
+
+// CountersFrom is the inverse of Values; missing values are zero.
+func CountersFrom(v []uint64) PortCounters {
+	v = append(v, make([]uint64, 19)...)
+	return PortCounters{TxPackets: v[0], TxBytes: v[1], RxPackets: v[2], RxBytes: v[3], ICRCErrors: v[4], RxDropped: v[5],
+		Retransmits: v[6], Timeouts: v[7], RetryExceeded: v[8], SeqNAKsRecv: v[9], RNRNAKsRecv: v[10], NAKsSent: v[11],
+		OutOfSequence: v[12], Duplicates: v[13], InjectedLoss: v[14], InjectedDup: v[15], InjectedReorder: v[16],
+		InjectedCorrupt: v[17], InjectedDelay: v[18]}
+}
+
+// LogAttrs returns the non-zero counters as log attributes.
+func (c PortCounters) LogAttrs() []any {
+	names := []string{"tx_packets", "tx_bytes", "rx_packets", "rx_bytes", "icrc_errors", "rx_dropped", "retransmits", "timeouts",
+		"retry_exceeded", "seq_naks_recv", "rnr_naks_recv", "naks_sent", "out_of_sequence", "duplicates", "injected_loss",
+		"injected_dup", "injected_reorder", "injected_corrupt", "injected_delay"}
+	var out []any
+	for i, v := range c.Values() {
+		if v != 0 {
+			out = append(out, names[i], v)
+		}
+	}
+	return out
+}
+
 // counters are a device's port counters.
 type counters struct {
 	txPackets, txBytes, rxPackets, rxBytes, icrcErrors, rxDropped    atomic.Uint64

@@ -31,7 +31,7 @@ type command struct {
 	flags   func(fs *flag.FlagSet)
 }
 
-var commands = []*command{conformCmd, speedCmd, perfCmd, demoCmd, serveCmd, execCmd}
+var commands = []*command{conformCmd, speedCmd, perfCmd, demoCmd, serveCmd, execCmd, countersCmd}
 
 // errUsage reports bad arguments; the usage has already been printed.
 var errUsage = errors.New("usage")

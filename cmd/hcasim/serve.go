@@ -1,12 +1,14 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
+	"net/netip"
 	"os"
 	"os/signal"
 	"runtime/pprof"
@@ -17,6 +19,7 @@ import (
 
 	"github.com/hcasim/hcasim/hca"
 	"github.com/hcasim/hcasim/hca/remote"
+	"github.com/hcasim/hcasim/roce"
 )
 
 var serveOpts struct {
@@ -26,19 +29,70 @@ var serveOpts struct {
 	grace  *time.Duration
 	poll   *time.Duration
 	prof   *string
+	roce   *string
+	pcap   *string
+	lid    *uint
+	stats  *time.Duration
+	faults faultFlags
+}
+
+// faultFlags are serve's fault injection flags (hca.Faults).
+type faultFlags struct {
+	loss, dup, reorder, corrupt, corruptPL, delay *float64
+	delayTime                                     *time.Duration
+	seed                                          *uint64
+}
+
+func (f *faultFlags) register(fs *flag.FlagSet) {
+	f.loss = fs.Float64("loss", 0, "--roce: drop this fraction of the packets sent (0..1)")
+	f.dup = fs.Float64("dup", 0, "--roce: send this fraction of the packets twice")
+	f.reorder = fs.Float64("reorder", 0, "--roce: hold this fraction of the packets back behind the next one")
+	f.corrupt = fs.Float64("corrupt", 0, "--roce: flip a bit in this fraction of the packets after the ICRC (the receiver drops them)")
+	f.corruptPL = fs.Float64("corrupt-payload", 0, "--roce: flip a payload bit in this fraction of the packets before the ICRC (only PI can catch it)")
+	f.delay = fs.Float64("delay", 0, "--roce: send this fraction of the packets --delay-time late")
+	f.delayTime = fs.Duration("delay-time", time.Millisecond, "--roce: how late a delayed packet is sent")
+	f.seed = fs.Uint64("fault-seed", 0, "--roce: the fault injection's random seed (0: a fixed one)")
+}
+
+func (f *faultFlags) faults() (hca.Faults, error) {
+	out := hca.Faults{Loss: *f.loss, Duplicate: *f.dup, Reorder: *f.reorder, Corrupt: *f.corrupt, CorruptPayload: *f.corruptPL,
+		Delay: *f.delay, DelayTime: *f.delayTime, Seed: *f.seed}
+	for _, r := range []float64{out.Loss, out.Duplicate, out.Reorder, out.Corrupt, out.CorruptPayload, out.Delay} {
+		if r < 0 || r > 1 {
+			return out, errors.New("fault rates are fractions from 0 to 1")
+		}
+	}
+	return out, nil
+}
+
+// parseRoCEAddr parses --roce: an IP address, with an optional port.
+func parseRoCEAddr(s string) (netip.AddrPort, error) {
+	if ap, err := netip.ParseAddrPort(s); err == nil {
+		return ap, nil
+	}
+	a, err := netip.ParseAddr(strings.Trim(s, "[]"))
+	if err != nil {
+		return netip.AddrPort{}, fmt.Errorf("--roce %q: want ADDR or ADDR:PORT (e.g. 127.0.0.2 or [::1]:4791)", s)
+	}
+	return netip.AddrPortFrom(a, roce.UDPPort), nil
 }
 
 var serveCmd = &command{
 	name:    "serve",
 	summary: "run the device as a daemon on a Unix socket: every client process is a function of one shared HCA",
-	usage:   "[--socket PATH] [--caps PRESET] [--log-level LEVEL] [--grace D] [--poll D] [--cpuprofile FILE]",
-	example: "hcasim serve --socket /tmp/hcasim.sock --log-level debug",
+	usage:   "[--socket PATH] [--caps PRESET] [--log-level LEVEL] [--grace D] [--poll D] [--cpuprofile FILE] [--roce ADDR[:PORT] [--pcap FILE] [--loss P] [--dup P] [--reorder P] [--corrupt P] [--corrupt-payload P] [--delay P] [--delay-time D]] [--lid N] [--stats D]",
+	example: "hcasim serve --socket /tmp/a.sock --roce 127.0.0.2 --pcap a.pcap --loss 0.01",
 	flags: func(fs *flag.FlagSet) {
 		serveOpts.socket = fs.String("socket", "hcasim.sock", "the socket's path (created mode 0600)")
 		serveOpts.caps = fs.String("caps", "cx5", "capability preset: "+strings.Join(presetNames(), ", "))
 		serveOpts.level = fs.String("log-level", "info", "debug, info, warn or error (logs go to standard error)")
 		serveOpts.poll = fs.Duration("poll", 50*time.Microsecond, "how long a QP's send engine polls its send counter after its last work before it sleeps until a doorbell (0: no polling)")
 		serveOpts.prof = fs.String("cpuprofile", "", "write a CPU profile of the daemon's run to this file (go tool pprof)")
+		serveOpts.roce = fs.String("roce", "", "give the port a RoCEv2 endpoint at this IP address (its GID) and UDP port (default 4791): QPs connected to another host's GID use the wire")
+		serveOpts.pcap = fs.String("pcap", "", "--roce: write every packet sent and received to this pcap file")
+		serveOpts.lid = fs.Uint("lid", 0, "the port's LID (0: the first free one)")
+		serveOpts.stats = fs.Duration("stats", 0, "log the port counters this often (0: only at exit)")
+		serveOpts.faults.register(fs)
 		serveOpts.grace = fs.Duration("grace", 500*time.Millisecond, "on SIGINT/SIGTERM, how long clients get to see their flush completions before connections close")
 	},
 	run: runServe,
@@ -109,8 +163,57 @@ func runServe(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) error {
 		defer pprof.StopCPUProfile()
 	}
 	caps := preset()
-	dev := hca.New(hca.Options{Caps: &caps, Poll: *serveOpts.poll, Logger: log.With("part", "device")})
+	if *serveOpts.lid > 0xBFFF {
+		return fmt.Errorf("--lid %d: a unicast LID is 1..0xBFFF", *serveOpts.lid)
+	}
+	dev := hca.New(hca.Options{Caps: &caps, Poll: *serveOpts.poll, LID: uint16(*serveOpts.lid), Logger: log.With("part", "device")})
 	defer dev.Close()
+	if *serveOpts.roce != "" {
+		addr, err := parseRoCEAddr(*serveOpts.roce)
+		if err != nil {
+			return err
+		}
+		faults, err := serveOpts.faults.faults()
+		if err != nil {
+			return err
+		}
+		wo := hca.WireOptions{Addr: addr, Faults: faults}
+		if *serveOpts.pcap != "" {
+			f, err := os.Create(*serveOpts.pcap)
+			if err != nil {
+				return err
+			}
+			bw := bufio.NewWriterSize(f, 1<<20)
+			defer func() {
+				dev.Close() // no more packets: then the capture is complete
+				bw.Flush()
+				f.Close()
+			}()
+			wo.Pcap = bw
+		}
+		if err := dev.ListenRoCE(wo); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "hcasim serve: RoCEv2 port %v, GID %v\n", addr, netip.AddrFrom16(dev.GID()))
+		defer func() { log.Info("port counters", dev.Counters().LogAttrs()...) }()
+		if d := *serveOpts.stats; d > 0 {
+			tick := time.NewTicker(d)
+			stopStats := make(chan struct{})
+			defer func() { tick.Stop(); close(stopStats) }()
+			go func() {
+				for {
+					select {
+					case <-tick.C:
+						log.Info("port counters", dev.Counters().LogAttrs()...)
+					case <-stopStats:
+						return
+					}
+				}
+			}()
+		}
+	} else if *serveOpts.pcap != "" {
+		return errors.New("--pcap needs --roce (packets exist only on the wire)")
+	}
 	path := *serveOpts.socket
 	l, err := remote.Listen(path)
 	if err != nil {

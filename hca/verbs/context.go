@@ -110,6 +110,19 @@ func (c *Context) Caps() hca.Caps { return c.caps }
 // LID returns the device's fabric address, for peers to connect to.
 func (c *Context) LID() uint16 { return c.lid }
 
+// PortCounters reads the port's counters (QUERY_PORT_COUNTERS).
+func (c *Context) PortCounters() (hca.PortCounters, error) {
+	out, err := c.cmd(hca.NewIn(hca.CmdQueryPortCounters, hca.InHeaderSize))
+	if err != nil {
+		return hca.PortCounters{}, fmt.Errorf("query port counters: %w", err)
+	}
+	var v []uint64
+	for off := hca.CountersOut; off+8 <= len(out); off += 8 {
+		v = append(v, hca.In(out).U64(off))
+	}
+	return hca.CountersFrom(v), nil
+}
+
 // GID returns the port's RoCEv2 GID (zero when the device has no wire).
 func (c *Context) GID() [16]byte { return c.gid }
 
