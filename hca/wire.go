@@ -195,6 +195,8 @@ type wire struct {
 	held   []byte // a packet held back for reordering, and where it goes
 	heldTo netip.AddrPort
 
+	gso    atomic.Bool // send runs of datagrams in one sendmsg (wire_batch.go)
+	gro    bool        // the kernel coalesces received runs
 	closed atomic.Bool
 	wg     sync.WaitGroup
 	timers sync.WaitGroup // delayed packets
@@ -247,6 +249,8 @@ func (d *Device) ListenRoCE(o WireOptions) error {
 	}
 	d.wire.Store(w)
 	d.mu.Unlock()
+	w.gso.Store(true)
+	w.gro = w.enableGRO()
 	w.wg.Add(1)
 	go w.receive()
 	d.log.Info("roce port", "addr", local.String())
@@ -281,13 +285,15 @@ func (w *wire) peer(a *qpAttr) netip.AddrPort {
 func (w *wire) send(qp *QP, a *qpAttr, reqs []*request) {
 	to := w.peer(a)
 	mtu := a.mtu()
+	u := w.newBurst()
 	for _, r := range reqs {
-		w.sendRequest(qp, a, to, mtu, r)
+		w.sendRequest(u, qp, a, to, mtu, r)
 		r.release()
 	}
+	u.done()
 }
 
-func (w *wire) sendRequest(qp *QP, a *qpAttr, to netip.AddrPort, mtu int, r *request) {
+func (w *wire) sendRequest(u *burst, qp *QP, a *qpAttr, to netip.AddrPort, mtu int, r *request) {
 	p := roce.Packet{BTH: roce.BTH{PKey: 0xFFFF, DestQP: a.remoteQPN, PSN: r.psn, AckReq: true}}
 	switch r.op {
 	case sq.OpRDMARead:
@@ -299,7 +305,7 @@ func (w *wire) sendRequest(qp *QP, a *qpAttr, to netip.AddrPort, mtu int, r *req
 		}
 		p.Opcode, p.PSN = roce.OpReadRequest, roce.PSNAdd(r.psn, int(off)/mtu)
 		p.RETH = roce.RETH{VA: r.raddr + off, RKey: uint32(r.rkey), DMALen: uint32(r.length - off)}
-		w.tx(qp, a, to, &p, nil, 0, 0)
+		w.tx(u, qp, a, to, &p, nil, 0, 0)
 		return
 	case sq.OpAtomicCS, sq.OpAtomicFA:
 		p.Opcode = roce.OpFetchAdd
@@ -307,7 +313,7 @@ func (w *wire) sendRequest(qp *QP, a *qpAttr, to netip.AddrPort, mtu int, r *req
 			p.Opcode = roce.OpCompareSwap
 		}
 		p.Atomic = roce.AtomicETH{VA: r.raddr, RKey: uint32(r.rkey), SwapAdd: r.swapAdd, Compare: r.compare}
-		w.tx(qp, a, to, &p, nil, 0, 0)
+		w.tx(u, qp, a, to, &p, nil, 0, 0)
 		return
 	}
 	// The wire bytes: the memory's own, or its signature transform's,
@@ -368,7 +374,7 @@ func (w *wire) sendRequest(qp *QP, a *qpAttr, to netip.AddrPort, mtu int, r *req
 				p.InvRKey = r.imm
 			}
 		}
-		w.tx(qp, a, to, &p, src, off, size)
+		w.tx(u, qp, a, to, &p, src, off, size)
 		off += uint64(size)
 	}
 }
@@ -379,12 +385,14 @@ func (w *wire) sendRequest(qp *QP, a *qpAttr, to netip.AddrPort, mtu int, r *req
 func (w *wire) answer(qp *QP, a *qpAttr, _ *QP, ans []response) {
 	to := w.peer(a)
 	mtu := a.mtu()
+	u := w.newBurst()
+	defer u.done()
 	var ack *response
 	flush := func() {
 		if ack != nil {
 			p := roce.Packet{BTH: roce.BTH{Opcode: roce.OpAcknowledge, PKey: 0xFFFF, DestQP: a.remoteQPN, PSN: ack.psn},
 				AETH: roce.AETH{Syndrome: roce.SyndromeACK, MSN: ack.msn}}
-			w.tx(qp, a, to, &p, nil, 0, 0)
+			w.tx(u, qp, a, to, &p, nil, 0, 0)
 			ack = nil
 		}
 	}
@@ -399,7 +407,7 @@ func (w *wire) answer(qp *QP, a *qpAttr, _ *QP, ans []response) {
 		switch {
 		case r.kind == respACK && r.atomic:
 			p.Opcode, p.AETH.Syndrome, p.AtomicAck = roce.OpAtomicAcknowledge, roce.SyndromeACK, r.value
-			w.tx(qp, a, to, &p, nil, 0, 0)
+			w.tx(u, qp, a, to, &p, nil, 0, 0)
 		case r.kind == respACK:
 			// A READ's response: its last PSN is r.psn.
 			data := w.hook(a.remoteLID, a.remoteQPN, qp.dev.lid, qp.qpn, [][]byte{r.data}, uint64(len(r.data)))
@@ -413,7 +421,7 @@ func (w *wire) answer(qp *QP, a *qpAttr, _ *QP, ans []response) {
 				if op != roce.OpReadResponseMiddle {
 					p.AETH.Syndrome = roce.SyndromeACK
 				}
-				w.tx(qp, a, to, &p, data, off, size)
+				w.tx(u, qp, a, to, &p, data, off, size)
 				off += uint64(size)
 			}
 		default:
@@ -431,7 +439,7 @@ func (w *wire) answer(qp *QP, a *qpAttr, _ *QP, ans []response) {
 				p.AETH.Syndrome = roce.SyndromeNAKRemoteOperational
 			}
 			w.dev.count(&w.dev.ctr.naksSent)
-			w.tx(qp, a, to, &p, nil, 0, 0)
+			w.tx(u, qp, a, to, &p, nil, 0, 0)
 		}
 	}
 	flush()
@@ -440,7 +448,7 @@ func (w *wire) answer(qp *QP, a *qpAttr, _ *QP, ans []response) {
 // tx builds one packet whose payload is size bytes of the stream src from
 // off, seals its ICRC and sends it, through the fabric's wire hook (a
 // test's "bit flips on the wire") and fault injection.
-func (w *wire) tx(qp *QP, a *qpAttr, to netip.AddrPort, p *roce.Packet, src [][]byte, off uint64, n int) {
+func (w *wire) tx(u *burst, qp *QP, a *qpAttr, to netip.AddrPort, p *roce.Packet, src [][]byte, off uint64, n int) {
 	buf := getPacketBuf()
 	defer buf.put()
 	h := p.Opcode.HeaderLen()
@@ -460,8 +468,13 @@ func (w *wire) tx(qp *QP, a *qpAttr, to netip.AddrPort, p *roce.Packet, src [][]
 		return
 	}
 	w.seal(b, to)
+	u.add(b, to)
+}
+
+// send1 sends one datagram now, through fault injection.
+func (w *wire) send1(b []byte, to netip.AddrPort) {
 	if w.faults.any() {
-		w.inject(b, to, h, n)
+		w.inject(b, to, roce.Opcode(b[0]).HeaderLen(), len(b)-roce.Opcode(b[0]).HeaderLen()-int(b[1]>>4&3)-roce.ICRCSize)
 		return
 	}
 	w.write(b, to)
@@ -614,22 +627,37 @@ func endpoint(a netip.AddrPort) roce.Endpoint {
 // receive reads datagrams until the port closes.
 func (w *wire) receive() {
 	defer w.wg.Done()
+	big := make([]byte, 1<<16)
+	var oob [64]byte
 	for {
-		buf := getPacketBuf()
-		n, from, err := w.conn.ReadFromUDPAddrPort(buf.b[:cap(buf.b)])
+		n, oobn, _, from, err := w.conn.ReadMsgUDPAddrPort(big, oob[:])
 		if err != nil {
-			buf.put()
 			if w.closed.Load() || errors.Is(err, net.ErrClosed) {
 				return
 			}
 			continue
 		}
 		wireAcquire()
-		w.dev.ctr.rxPackets.Add(1)
-		w.dev.ctr.rxBytes.Add(uint64(n))
-		w.capture(from, w.local, buf.b[:n])
-		if !w.deliver(from, buf, n) {
-			buf.put()
+		seg := n
+		if w.gro && oobn > 0 {
+			if s := groSize(oob[:oobn]); s > 0 {
+				seg = s
+			}
+		}
+		for off := 0; off < n; off += seg {
+			d := big[off:min(off+seg, n)]
+			w.dev.ctr.rxPackets.Add(1)
+			w.dev.ctr.rxBytes.Add(uint64(len(d)))
+			w.capture(from, w.local, d)
+			if len(d) > packetSize {
+				w.dev.ctr.rxDropped.Add(1) // longer than any packet
+				continue
+			}
+			buf := getPacketBuf()
+			copy(buf.b, d)
+			if !w.deliver(from, buf, len(d)) {
+				buf.put()
+			}
 		}
 	}
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -192,12 +193,17 @@ func hcasimChild(t *testing.T, args ...string) (*exec.Cmd, *bytes.Buffer) {
 	return cmd, &out
 }
 
+// waitSocket waits until the daemon at path accepts connections (the
+// socket file appears at bind, a moment before listen).
 func waitSocket(t *testing.T, path string) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		if fi, err := os.Stat(path); err == nil && fi.Mode()&os.ModeSocket != 0 {
-			return
+			if c, err := net.Dial("unixpacket", path); err == nil {
+				c.Close()
+				return
+			}
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("no socket at %s", path)
