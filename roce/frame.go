@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"slices"
 	"sync"
 	"time"
 
@@ -42,6 +43,7 @@ type FrameBuilder struct {
 	ip6  layers.IPv6
 	udp  layers.UDP
 	data gopacket.Payload
+	raw  []byte // BuildDatagram's frame
 }
 
 // NewFrameBuilder returns a FrameBuilder.
@@ -77,8 +79,69 @@ func (b *FrameBuilder) Build(src, dst Endpoint, o FrameOptions, p *Packet, paylo
 // bytes as they are (a capture of what went on the wire, a bad ICRC
 // included).
 func (b *FrameBuilder) BuildDatagram(src, dst Endpoint, o FrameOptions, datagram []byte) ([]byte, error) {
-	b.data = datagram
-	return b.build(src, dst, o, &b.data)
+	frame, err := AppendDatagramFrame(b.raw[:0], src, dst, o, datagram)
+	b.raw = frame
+	return frame, err
+}
+
+// AppendDatagramFrame appends to dst the frame BuildDatagram returns,
+// written directly (the capture path: no layer serialization, one copy
+// of the datagram). TestDatagramFrame checks it against gopacket's.
+func AppendDatagramFrame(dst []byte, src, dstEP Endpoint, o FrameOptions, datagram []byte) ([]byte, error) {
+	s, d := src.IP.Unmap(), dstEP.IP.Unmap()
+	if !s.IsValid() || !d.IsValid() || s.Is4() != d.Is4() {
+		return dst, fmt.Errorf("build frame %v → %v: %w", src.IP, dstEP.IP, ErrNotRoCE)
+	}
+	hop := o.HopLimit
+	if hop == 0 {
+		hop = 64
+	}
+	l3 := ipv6Header
+	if s.Is4() {
+		l3 = ipv4MinHeader
+	}
+	n := udpHeader + len(datagram)
+	if l3+n > 0xFFFF {
+		return dst, fmt.Errorf("build frame: %d-byte datagram: %w", len(datagram), ErrLength)
+	}
+	start := len(dst)
+	total := ethHeader + l3 + n
+	pad := max(0, 60-total) // the Ethernet minimum, as gopacket pads
+	dst = slices.Grow(dst, total+pad)[:start+total+pad]
+	f := dst[start:]
+	clear(f[:ethHeader+l3+udpHeader])
+	copy(f[0:6], dstEP.MAC)
+	copy(f[6:12], src.MAC)
+	ip := f[ethHeader:]
+	if s.Is4() {
+		binary.BigEndian.PutUint16(f[12:], 0x0800)
+		ip[0], ip[1] = 0x45, o.TrafficClass
+		binary.BigEndian.PutUint16(ip[2:], uint16(l3+n))
+		binary.BigEndian.PutUint16(ip[4:], o.ID)
+		if !o.NoDF {
+			ip[6] = 0x40
+		}
+		ip[8], ip[9] = hop, 17
+		a, b := s.As4(), d.As4()
+		copy(ip[12:], a[:])
+		copy(ip[16:], b[:])
+		ipv4Checksum(ip[:ipv4MinHeader])
+	} else {
+		binary.BigEndian.PutUint16(f[12:], 0x86DD)
+		binary.BigEndian.PutUint32(ip[0:], 6<<28|uint32(o.TrafficClass)<<20|o.FlowLabel&0xFFFFF)
+		binary.BigEndian.PutUint16(ip[4:], uint16(n))
+		ip[6], ip[7] = 17, hop
+		a, b := s.As16(), d.As16()
+		copy(ip[8:], a[:])
+		copy(ip[24:], b[:])
+	}
+	u := ip[l3:]
+	binary.BigEndian.PutUint16(u[0:], portOr(src.Port))
+	binary.BigEndian.PutUint16(u[2:], portOr(dstEP.Port))
+	binary.BigEndian.PutUint16(u[4:], uint16(n))
+	copy(u[udpHeader:], datagram)
+	clear(f[total:])
+	return dst, nil
 }
 
 const ethHeader = 14

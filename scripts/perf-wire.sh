@@ -4,8 +4,10 @@
 # then with one side on each of two daemons talking RoCEv2 over loopback
 # UDP (127.0.77.2 and 127.0.77.3), then the same with a pcap capture on the
 # server's daemon; alternating, ROUNDS rounds (default 3); medians and
-# ratios. Run from the project root.
+# ratios. Run from the project root. The capture goes to PCAP_DIR (default
+# /dev/shm, memory: the figure is the capture path's cost, not the disk's).
 #   bash scripts/perf-wire.sh
+#   PCAP_DIR=/tmp ROUNDS=5 bash scripts/perf-wire.sh
 set -euo pipefail
 rounds=${ROUNDS:-3}
 dur=${DURATION:-2s}
@@ -22,7 +24,9 @@ daemon() { # daemon NAME ARGS...
 daemon one
 daemon a --roce 127.0.77.2
 daemon b --roce 127.0.77.3
-daemon pa --roce 127.0.78.2 --pcap "$work/a.pcap"
+pcapdir=$(mktemp -d -p "${PCAP_DIR:-/dev/shm}")
+trap 'kill "${pids[@]}" 2>/dev/null; wait 2>/dev/null; rm -rf "$work" "$pcapdir"' EXIT
+daemon pa --roce 127.0.78.2 --pcap "$pcapdir/a.pcap"
 daemon pb --roce 127.0.78.3
 # run SERVER_SOCK CLIENT_SOCK SIZE QD: the client's ops/s
 run() {
@@ -31,7 +35,7 @@ run() {
   "$H" perf write --size "$3" --qd "$4" --duration "$dur" --connect "$work/$2.sock" --role client --peer "$work/perf.sock" --json |
     sed -n 's/.*"ops_per_sec":\([0-9.e+]*\).*/\1/p'
   wait $s || true
-  : >"$work/a.pcap" # keep the capture from filling the disk
+  : >"$pcapdir/a.pcap" # keep the capture from filling its file system
 }
 med() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 for cfg in "65536 8" "64 32"; do
