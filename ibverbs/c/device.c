@@ -95,7 +95,7 @@ HC_EXPORT int ibv_get_device_index(struct ibv_device *d)
 	return 0;
 }
 
-static void parse_caps(const uint8_t *o, struct hc_caps *c)
+static void parse_caps(const uint8_t *o, size_t len, struct hc_caps *c)
 {
 	c->max_pd = hc_get32(o + 8);
 	c->max_cq = hc_get32(o + 12);
@@ -115,6 +115,13 @@ static void parse_caps(const uint8_t *o, struct hc_caps *c)
 	c->min_log_page = o[50];
 	c->max_log_page = o[51];
 	c->max_mapped = hc_get64(o + 56);
+	c->has_gid = 0;
+	if (len >= HC_CAP_OUT_SIZE)
+		for (int i = 0; i < 16; i++)
+			if (o[HC_CAP_OUT_GID + i])
+				c->has_gid = 1;
+	if (c->has_gid)
+		memcpy(c->gid, o + HC_CAP_OUT_GID, 16);
 	/* Bounds the library's arithmetic relies on (16-bit WQE counters,
 	 * shifts of an int), whatever the daemon says. */
 	if (c->log_max_cq > 24)
@@ -157,12 +164,13 @@ static struct ibv_context *open_device(struct ibv_device *device)
 	int err = c->async_fd < 0 ? errno : hc_start(ctx);
 	if (err)
 		goto fail;
-	uint8_t in[8], out[64];
+	uint8_t in[8], out[HC_CAP_OUT_SIZE];
+	size_t outlen = 0;
 	hc_cmd_header(in, HC_CMD_QUERY_HCA_CAP);
-	err = hc_cmd(ctx, in, sizeof in, out, sizeof out, NULL);
+	err = hc_cmd(ctx, in, sizeof in, out, sizeof out, &outlen);
 	if (err)
 		goto fail;
-	parse_caps(out, &ctx->caps);
+	parse_caps(out, outlen, &ctx->caps);
 	c->ops.poll_cq = hc_poll_cq;
 	c->ops.req_notify_cq = hc_req_notify_cq;
 	c->ops.post_send = hc_post_send;
@@ -300,9 +308,16 @@ HC_EXPORT int ibv_query_port(struct ibv_context *c, uint8_t port, struct _compat
 	return hc_query_port(c, port, (struct ibv_port_attr *)a, offsetof(struct ibv_port_attr, port_cap_flags2));
 }
 
+/* fill_gid gives the GID at index 0: the port's RoCEv2 GID (the daemon's
+ * --roce address, IPv4-mapped) when it has a wire, else fe80:: and the
+ * node GUID. The link layer stays InfiniBand either way (docs/CONFORMANCE.md). */
 static void fill_gid(struct hc_context *ctx, union ibv_gid *g)
 {
 	memset(g, 0, sizeof *g);
+	if (ctx->caps.has_gid) {
+		memcpy(g->raw, ctx->caps.gid, sizeof g->raw);
+		return;
+	}
 	g->global.subnet_prefix = htobe64(0xfe80000000000000ULL);
 	g->global.interface_id = htobe64(hc_guid(ctx->caps.lid));
 }
@@ -331,7 +346,7 @@ HC_EXPORT int _ibv_query_gid_ex(struct ibv_context *c, uint32_t port, uint32_t i
 	fill_gid(hc_ctx(c), &e->gid);
 	e->gid_index = 0;
 	e->port_num = 1;
-	e->gid_type = IBV_GID_TYPE_IB;
+	e->gid_type = hc_ctx(c)->caps.has_gid ? IBV_GID_TYPE_ROCE_V2 : IBV_GID_TYPE_IB;
 	return 0;
 }
 
@@ -346,15 +361,19 @@ HC_EXPORT ssize_t _ibv_query_gid_table(struct ibv_context *c, struct ibv_gid_ent
 	return err ? -err : 1;
 }
 
-/* ibv_query_gid_type (IBVERBS_PRIVATE): 0 is IB / RoCE v1. */
+/* ibv_query_gid_type (IBVERBS_PRIVATE) answers as rdma-core 44's, which
+ * asks _ibv_query_gid_ex: enum ibv_gid_type_sysfs, 0 for IB / RoCE v1 (and
+ * for an empty entry), 1 for RoCE v2; -1 with errno for a bad port or
+ * index. */
+enum { HC_GID_TYPE_SYSFS_IB_ROCE_V1 = 0, HC_GID_TYPE_SYSFS_ROCE_V2 = 1 };
+
 HC_EXPORT int ibv_query_gid_type(struct ibv_context *c, uint8_t port, unsigned index, int *type)
 {
-	(void)c;
-	if (port != 1 || index != 0) {
+	if (port != 1 || index >= HC_GID_TBL_LEN) {
 		errno = EINVAL;
 		return -1;
 	}
-	*type = 0;
+	*type = index == 0 && hc_ctx(c)->caps.has_gid ? HC_GID_TYPE_SYSFS_ROCE_V2 : HC_GID_TYPE_SYSFS_IB_ROCE_V1;
 	return 0;
 }
 

@@ -69,6 +69,13 @@ enum {
 	HC_CMD_ALLOC_PD = 0x800,
 	HC_CMD_DEALLOC_PD = 0x801,
 
+	HC_CAP_OUT_GID = 64, /* QUERY_HCA_CAP output: 16 bytes, the port's GID */
+	HC_CAP_OUT_SIZE = 80,
+	HC_QPC_MTU = 42,	/* modify (INIT2RTR) input, QUERY_QP output: path MTU, IB encoding */
+	HC_QPC_REMOTE_GID = 48, /* modify (INIT2RTR) input, QUERY_QP output: 16 bytes */
+	HC_QP_MODIFY_SIZE = 64, /* a modify input with the remote GID */
+	HC_QP_OUT_SIZE = 64,
+
 	HC_STAT_BAD_PARAM = 0x03,
 	HC_STAT_RESOURCE_BUSY = 0x06,
 	HC_STAT_EXCEED_LIM = 0x08,
@@ -121,6 +128,10 @@ struct hc_caps {
 	uint16_t lid;
 	uint8_t min_log_page, max_log_page;
 	uint64_t max_mapped;
+	/* The port's RoCEv2 GID (QUERY_HCA_CAP 64..79; an older, 64-byte
+	 * output has none): set when the daemon has a wire (serve --roce). */
+	int has_gid;
+	uint8_t gid[16];
 };
 
 /* A memfd mapped here and into the daemon (rings, doorbell records). */

@@ -290,13 +290,14 @@ static int qp_state_from_device(int s)
 }
 
 /* device_state asks the device for the QP's state (it moves to ERR on its
- * own); -1 if it cannot. */
-static int device_state(struct hc_qp *qp)
+ * own); -1 if it cannot. out (HC_QP_OUT_SIZE bytes) gets the QUERY_QP
+ * output, *outlen its length (an older daemon's is shorter). */
+static int device_state(struct hc_qp *qp, uint8_t *out, size_t *outlen)
 {
-	uint8_t in[12], out[64];
+	uint8_t in[12];
 	hc_cmd_header(in, HC_CMD_QUERY_QP);
 	hc_put32(in + 8, qp->qpx.qp_base.qp_num);
-	if (hc_cmd(qp->ctx, in, sizeof in, out, sizeof out, NULL))
+	if (hc_cmd(qp->ctx, in, sizeof in, out, HC_QP_OUT_SIZE, outlen))
 		return -1;
 	return qp_state_from_device(out[8]);
 }
@@ -390,7 +391,10 @@ HC_EXPORT int ibv_modify_qp(struct ibv_qp *q, struct ibv_qp_attr *a, int mask)
 		n.rnr_retry = a->rnr_retry;
 	if (mask & IBV_QP_EN_SQD_ASYNC_NOTIFY)
 		n.en_sqd_async_notify = a->en_sqd_async_notify;
-	uint8_t in[48] = {0}, out[64];
+	/* INIT2RTR's input is the longer one, with the remote GID; the
+	 * others keep the 48 bytes that are all they read. */
+	uint8_t in[HC_QP_MODIFY_SIZE] = {0}, out[64];
+	size_t inlen = cmd == HC_CMD_INIT2RTR ? HC_QP_MODIFY_SIZE : 48;
 	hc_cmd_header(in, (uint16_t)cmd);
 	hc_put32(in + 8, q->qp_num);
 	if (mask & IBV_QP_ACCESS_FLAGS)
@@ -413,7 +417,11 @@ HC_EXPORT int ibv_modify_qp(struct ibv_qp *q, struct ibv_qp_attr *a, int mask)
 	in[39] = n.rnr_retry;
 	in[40] = n.max_rd_atomic;
 	in[41] = n.max_dest_rd_atomic;
-	int err = hc_cmd(ctx, in, sizeof in, out, sizeof out, NULL);
+	/* enum ibv_mtu is IB's encoding (1 = 256 … 5 = 4096), as the device's. */
+	in[HC_QPC_MTU] = (uint8_t)n.path_mtu;
+	if (cmd == HC_CMD_INIT2RTR && n.ah_attr.is_global)
+		memcpy(in + HC_QPC_REMOTE_GID, n.ah_attr.grh.dgid.raw, 16);
+	int err = hc_cmd(ctx, in, inlen, out, sizeof out, NULL);
 	if (err)
 		return err;
 	n.qp_state = to;
@@ -429,12 +437,26 @@ HC_EXPORT int ibv_query_qp(struct ibv_qp *q, struct ibv_qp_attr *a, int mask, st
 {
 	(void)mask;
 	struct hc_qp *qp = hc_qp(q);
-	int s = device_state(qp);
+	uint8_t out[HC_QP_OUT_SIZE];
+	size_t outlen = 0;
+	int s = device_state(qp, out, &outlen);
 	if (s >= 0 && s != (int)q->state && (s == IBV_QPS_ERR || s == IBV_QPS_SQE)) {
 		q->state = (enum ibv_qp_state)s;
 		qp->attr.qp_state = (enum ibv_qp_state)s;
 	}
 	*a = qp->attr;
+	/* The path the device took at INIT2RTR: its path MTU, and the remote
+	 * GID, a global route when it is set. Before INIT2RTR, and after
+	 * RESET (the device forgets the path), the attributes kept here. */
+	uint8_t mtu = outlen >= HC_QP_OUT_SIZE ? out[HC_QPC_MTU] : 0;
+	if (s >= 0 && s != IBV_QPS_RESET && s != IBV_QPS_INIT && mtu >= IBV_MTU_256 && mtu <= IBV_MTU_4096) {
+		a->path_mtu = (enum ibv_mtu)mtu;
+		int global = 0;
+		for (int i = 0; i < 16; i++)
+			global |= out[HC_QPC_REMOTE_GID + i];
+		memcpy(a->ah_attr.grh.dgid.raw, out + HC_QPC_REMOTE_GID, 16);
+		a->ah_attr.is_global = global != 0;
+	}
 	a->qp_state = q->state;
 	a->cur_qp_state = q->state;
 	a->cap = qp->cap;
