@@ -22,11 +22,12 @@ func buildC(t *testing.T, src string, libs ...string) string {
 	return bin
 }
 
-// runChecks runs a program that prints "ok NAME" / "FAIL NAME: why" lines
-// and fails the test on each FAIL, or if fewer than min checks passed.
-func runChecks(t *testing.T, lib, sock, bin string, min int) {
+// runChecks runs a program (with args) that prints "ok NAME" / "FAIL NAME:
+// why" lines and fails the test on each FAIL, or if fewer than min checks
+// passed.
+func runChecks(t *testing.T, lib, sock, bin string, min int, args ...string) {
 	t.Helper()
-	out := frontendtest.Run(t, 60*time.Second, lib, sock, bin)
+	out := frontendtest.Run(t, 60*time.Second, lib, sock, bin, args...)
 	n := 0
 	for _, l := range strings.Split(out, "\n") {
 		if strings.HasPrefix(l, "ok ") {

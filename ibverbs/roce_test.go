@@ -1,0 +1,248 @@
+package ibverbs_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/hcasim/hcasim/internal/frontendtest"
+)
+
+// hcasimBinary builds cmd/hcasim (the daemon and the counters command)
+// into a directory of the test's and returns its path.
+func hcasimBinary(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "hcasim")
+	cmd := exec.Command("go", "build", "-o", bin, "./cmd/hcasim")
+	cmd.Dir = frontendtest.Root()
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build ./cmd/hcasim: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// roceDaemon is an `hcasim serve --roce` in its own process.
+type roceDaemon struct {
+	bin      string // the hcasim binary
+	sock, ip string
+	cmd      *exec.Cmd
+	out      *bytes.Buffer // its log (written by the process: read after it exits)
+	exited   chan struct{}
+}
+
+// startRoCEPair starts two daemons, A on 127.X.Y.2 and B on 127.X.Y.3
+// (random X.Y, so that tests running at the same time do not share
+// addresses; RoCEv2's UDP port 4791 on each), and returns them once both
+// serve. They are stopped (SIGTERM, then SIGKILL) when the test ends.
+func startRoCEPair(t *testing.T) (a, b *roceDaemon) {
+	t.Helper()
+	bin := hcasimBinary(t)
+	var errs []string
+	for try := 0; try < 4; try++ {
+		x, y := 1+rand.IntN(254), rand.IntN(256)
+		dir := t.TempDir()
+		a = startRoCE(t, bin, filepath.Join(dir, "a.sock"), fmt.Sprintf("127.%d.%d.2", x, y), 2)
+		b = startRoCE(t, bin, filepath.Join(dir, "b.sock"), fmt.Sprintf("127.%d.%d.3", x, y), 3)
+		okA, okB := a.waitServing(15*time.Second), b.waitServing(15*time.Second)
+		if okA && okB {
+			return a, b
+		}
+		// Most likely another test holds one of the addresses: new ones.
+		for _, d := range []*roceDaemon{a, b} {
+			d.stop()
+			errs = append(errs, fmt.Sprintf("%s (%s): %s", d.ip, d.sock, d.out.String()))
+		}
+	}
+	t.Fatalf("no pair of daemons would start:\n%s", strings.Join(errs, "\n"))
+	return nil, nil
+}
+
+func startRoCE(t *testing.T, bin, sock, ip string, lid int) *roceDaemon {
+	t.Helper()
+	d := &roceDaemon{bin: bin, sock: sock, ip: ip, out: &bytes.Buffer{}, exited: make(chan struct{})}
+	d.cmd = exec.Command(bin, "serve", "--socket", sock, "--roce", ip, "--lid", strconv.Itoa(lid))
+	d.cmd.Stdout, d.cmd.Stderr = d.out, d.out
+	if err := d.cmd.Start(); err != nil {
+		t.Fatalf("start hcasim serve: %v", err)
+	}
+	go func() {
+		d.cmd.Wait()
+		close(d.exited)
+	}()
+	t.Cleanup(d.stop)
+	return d
+}
+
+// waitServing waits until the daemon's socket exists; false if it exited
+// or the time ran out.
+func (d *roceDaemon) waitServing(timeout time.Duration) bool {
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		select {
+		case <-d.exited:
+			return false
+		default:
+		}
+		if fi, err := os.Stat(d.sock); err == nil && fi.Mode()&os.ModeSocket != 0 {
+			return true
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return false
+}
+
+func (d *roceDaemon) stop() {
+	select {
+	case <-d.exited:
+		return
+	default:
+	}
+	d.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-d.exited:
+	case <-time.After(5 * time.Second):
+		d.cmd.Process.Kill()
+		<-d.exited
+	}
+}
+
+var counterLine = regexp.MustCompile(`(?m)^\s*(\w+)\s+(\d+)\s*$`)
+
+// counters runs `hcasim counters --socket` on d and returns its counters.
+func (d *roceDaemon) counters(t *testing.T) map[string]uint64 {
+	t.Helper()
+	out, err := exec.Command(d.bin, "counters", "--socket", d.sock).CombinedOutput()
+	if err != nil {
+		t.Fatalf("hcasim counters --socket %s: %v\n%s", d.sock, err, out)
+	}
+	m := map[string]uint64{}
+	for _, f := range counterLine.FindAllStringSubmatch(string(out), -1) {
+		v, _ := strconv.ParseUint(f[2], 10, 64)
+		m[f[1]] = v
+	}
+	return m
+}
+
+// pairAcross runs a server program on daemon a and its client on daemon b
+// (they exchange their QPs' addresses over TCP on 127.0.0.1, as
+// frontendtest.Pair) and returns both outputs; both must succeed.
+func pairAcross(t *testing.T, timeout time.Duration, lib string, a, b *roceDaemon, args []string) (string, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	port := frontendtest.FreePort(t)
+	srv := frontendtest.Start(ctx, t, lib, a.sock, args[0], append(args[1:], "-p", strconv.Itoa(port))...)
+	frontendtest.WaitListening(t, srv, port, timeout)
+	cli := frontendtest.Start(ctx, t, lib, b.sock, args[0], append(args[1:], "-p", strconv.Itoa(port), "127.0.0.1")...)
+	cerr := cli.Wait()
+	serr := srv.Wait()
+	so, co := srv.Output(), cli.Output()
+	if cerr != nil || serr != nil {
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			t.Errorf("timed out after %v", timeout)
+		}
+		t.Fatalf("server on A %v: %v\n%s\nclient on B: %v\n%s\ncounters A %v\ncounters B %v",
+			args, serr, so, cerr, co, a.counters(t), b.counters(t))
+	}
+	frontendtest.NoUnimplemented(t, so)
+	frontendtest.NoUnimplemented(t, co)
+	return so, co
+}
+
+// TestGIDNoWire: a daemon without --roce keeps the fe80:: GID (of type
+// IB), and ibv_query_qp reads back the path MTU and route set at RTR
+// (c/test/gid.c).
+func TestGIDNoWire(t *testing.T) {
+	lib := frontendtest.Lib(t)
+	bin := buildC(t, filepath.Join("c", "test", "gid.c"), "-libverbs")
+	sock := frontendtest.Daemon(t)
+	runChecks(t, lib, sock, bin, 12, "none")
+}
+
+// TestRoCE runs unmodified programs across two daemons joined by the wire
+// (hcasim serve --roce): the GID table holds each port's RoCEv2 GID, and
+// ibv_rc_pingpong -g 0 and perftest -x 0 with the server on daemon A and
+// the client on daemon B connect their QPs by GID, so every packet goes
+// over UDP between the daemons (their port counters show it).
+func TestRoCE(t *testing.T) {
+	lib := frontendtest.Lib(t)
+	pp := frontendtest.Need(t, "ibv_rc_pingpong", "ibverbs-utils")
+	bw := frontendtest.Need(t, "ib_write_bw", "perftest")
+	gid := buildC(t, filepath.Join("c", "test", "gid.c"), "-libverbs")
+	a, b := startRoCEPair(t)
+
+	t.Run("gid", func(t *testing.T) {
+		runChecks(t, lib, a.sock, gid, 14, a.ip, b.ip)
+		if rx := a.counters(t)["rx_packets"]; rx != 0 {
+			t.Errorf("QPs connected to the port's own GID used the wire: A's rx_packets %d", rx)
+		}
+	})
+
+	// wire checks that both daemons took more packets from the wire than
+	// before f.
+	wire := func(t *testing.T, f func()) {
+		t.Helper()
+		rxA, rxB := a.counters(t)["rx_packets"], b.counters(t)["rx_packets"]
+		f()
+		ca, cb := a.counters(t), b.counters(t)
+		if ca["rx_packets"] <= rxA || cb["rx_packets"] <= rxB {
+			t.Errorf("the traffic did not go over the wire: rx_packets A %d -> %d, B %d -> %d\nA %v\nB %v",
+				rxA, ca["rx_packets"], rxB, cb["rx_packets"], ca, cb)
+		}
+		t.Logf("A %v", ca)
+	}
+
+	for _, opts := range [][]string{nil, {"-e", "-s", "65536", "-m", "2048"}} {
+		t.Run(strings.Join(append([]string{"ibv_rc_pingpong -g 0"}, opts...), " "), func(t *testing.T) {
+			args := append([]string{pp, "-d", "hcasim0", "-g", "0", "-n", "200"}, opts...)
+			wire(t, func() {
+				so, co := pairAcross(t, 60*time.Second, lib, a, b, args)
+				for _, o := range []string{so, co} {
+					if !strings.Contains(o, "200 iters in") {
+						t.Errorf("no iteration report:\n%s", o)
+					}
+				}
+				// Each side names the other's GID.
+				if !strings.Contains(so, "GID ::ffff:"+b.ip) || !strings.Contains(co, "GID ::ffff:"+a.ip) {
+					t.Errorf("the sides did not exchange their RoCE GIDs:\nserver:\n%s\nclient:\n%s", so, co)
+				}
+			})
+		})
+	}
+
+	for _, c := range []struct {
+		prog string
+		args []string
+	}{
+		{"ib_write_bw", []string{"-s", "65536", "-n", "500"}},
+		{"ib_read_bw", []string{"-s", "65536", "-n", "200"}},
+		{"ib_send_bw", []string{"-n", "200"}},
+		{"ib_write_lat", []string{"-s", "64", "-n", "200"}},
+		{"ib_atomic_bw", []string{"-n", "200"}},
+	} {
+		t.Run(c.prog+" -x 0 "+strings.Join(c.args, " "), func(t *testing.T) {
+			p := bw
+			if c.prog != "ib_write_bw" {
+				p = frontendtest.Need(t, c.prog, "perftest")
+			}
+			args := append([]string{p, "-d", "hcasim0", "-x", "0"}, c.args...)
+			wire(t, func() {
+				_, co := pairAcross(t, 120*time.Second, lib, a, b, args)
+				if !strings.Contains(co, "#bytes") {
+					t.Errorf("no results table:\n%s", co)
+				}
+			})
+		})
+	}
+}
