@@ -1,6 +1,8 @@
 package remote_test
 
 import (
+	"math/rand/v2"
+	"net/netip"
 	"testing"
 	"time"
 
@@ -62,4 +64,25 @@ func TestSuiteMixed(t *testing.T) {
 		return ctx
 	}
 	hcatest.RunOptions(t, hcatest.Options{Local: local, Remote: dialer(path), WireHook: fabric.SetWireHook})
+}
+
+// TestSuiteTwoDaemons runs the whole suite across two daemons that are two
+// hosts: every context is a socket client, one side's of the daemon whose
+// port is 127.X.Y.2, the other's of the daemon at 127.X.Y.3, and their QPs
+// talk RoCEv2 over UDP — as hcasim serve --roce does.
+func TestSuiteTwoDaemons(t *testing.T) {
+	x, y := byte(1+rand.IntN(254)), byte(rand.IntN(256))
+	var paths [2]string
+	var fabrics [2]*hca.Fabric
+	for i := range paths {
+		fabrics[i] = hca.NewFabric()
+		dev := hca.New(hca.Options{TimeScale: 4, Fabric: fabrics[i], LID: uint16(2 + i), Poll: 50 * time.Microsecond})
+		t.Cleanup(func() { dev.Close() })
+		if err := dev.ListenRoCE(hca.WireOptions{Addr: netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, x, y, byte(2 + i)}), 4791)}); err != nil {
+			t.Fatal(err)
+		}
+		paths[i], _ = daemon(t, dev)
+	}
+	hook := func(h func(*hca.WireMsg)) { fabrics[0].SetWireHook(h); fabrics[1].SetWireHook(h) }
+	hcatest.RunOptions(t, hcatest.Options{Local: dialer(paths[0]), Remote: dialer(paths[1]), WireHook: hook})
 }
