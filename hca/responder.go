@@ -28,6 +28,16 @@ type respState struct {
 	atomicN  int
 	reads    [16]readRecord // the wire: READs executed, to serve a resent one again
 	readN    int
+	wmsg     request   // the wire: the message being served (reused)
+	wsrc     [1][]byte // its data
+	abuf     [8]byte   // an atomic's original value
+}
+
+// ack answers the wire with kind for psn (a NAK, or an ACK of one packet).
+func (qp *QP) ackWire(s *respState, psn uint32, kind respKind) {
+	var r request // on the stack: answer keeps only its fields
+	r.psn, r.npkts = psn, 1
+	qp.answer(s, &r, kind, 0)
 }
 
 // readRecord is an executed READ: a resent request for any of its PSNs is
@@ -556,7 +566,7 @@ func (qp *QP) servePacket(s *respState, in *request) {
 		qp.dev.count(&qp.dev.ctr.outOfSeq)
 		if !s.nakSeq {
 			s.nakSeq = true
-			qp.answer(s, &request{psn: epsn}, respSeq, 0)
+			qp.ackWire(s, epsn, respSeq)
 		}
 		return
 	case d < 0:
@@ -568,7 +578,7 @@ func (qp *QP) servePacket(s *respState, in *request) {
 	pos := p.Opcode.Position()
 	invalid := func() {
 		s.asm.n = 0
-		qp.answer(s, &request{psn: p.PSN}, respInvalid, 0)
+		qp.ackWire(s, p.PSN, respInvalid)
 		qp.toError()
 	}
 	switch p.Opcode {
@@ -577,12 +587,13 @@ func (qp *QP) servePacket(s *respState, in *request) {
 			invalid() // a new message inside a multi-packet one
 			return
 		}
-		m, ok := wireRequest(p, mtu)
-		if !ok {
+		m := &s.wmsg
+		if !s.wireRequest(m, p, mtu) {
 			invalid()
 			return
 		}
 		qp.serve(s, m)
+		*m = request{}
 		return
 	}
 	if (s.asm.n == 0) != (pos == roce.PosFirst || pos == roce.PosOnly) ||
@@ -606,12 +617,13 @@ func (qp *QP) servePacket(s *respState, in *request) {
 	s.asm.n++
 	if pos != roce.PosLast && pos != roce.PosOnly {
 		if p.AckReq {
-			qp.answer(s, &request{psn: p.PSN, npkts: 1}, respACK, 0) // how far the message got
+			qp.ackWire(s, p.PSN, respACK) // how far the message got
 		}
 		return
 	}
-	m := &request{psn: s.asm.first, npkts: s.asm.n, length: uint64(len(s.asm.data)), src: [][]byte{s.asm.data},
-		solicited: p.SE, imm: p.Imm}
+	m := &s.wmsg
+	s.wsrc[0] = s.asm.data
+	*m = request{psn: s.asm.first, npkts: s.asm.n, length: uint64(len(s.asm.data)), src: s.wsrc[:], solicited: p.SE, imm: p.Imm}
 	s.asm.n = 0
 	switch p.Opcode {
 	case roce.OpSendLast, roce.OpSendOnly:
@@ -632,23 +644,23 @@ func (qp *QP) servePacket(s *respState, in *request) {
 		}
 	}
 	qp.serve(s, m)
-	if len(m.src[0]) > 0 {
-		s.asm.data = m.src[0][:0] // the assembly buffer, for the next message
-	}
+	s.asm.data = s.wsrc[0][:0] // the assembly buffer, for the next message
+	*m = request{}
 }
 
-// wireRequest returns the READ or atomic request a packet carries, with a
-// buffer of its own for the data its answer returns.
-func wireRequest(p *roce.Packet, mtu int) (*request, bool) {
-	m := &request{psn: p.PSN}
+// wireRequest fills m with the READ or atomic request a packet carries,
+// with a buffer for the data its answer returns (an atomic's is the
+// state's: answer copies the value out).
+func (s *respState) wireRequest(m *request, p *roce.Packet, mtu int) bool {
+	*m = request{psn: p.PSN}
 	switch p.Opcode {
 	case roce.OpReadRequest:
 		if p.RETH.DMALen > maxWireMessage {
-			return nil, false
+			return false
 		}
 		m.op, m.raddr, m.rkey, m.length = sq.OpRDMARead, p.RETH.VA, klm.Key(p.RETH.RKey), uint64(p.RETH.DMALen)
 		m.npkts = packets(m.op, m.length, mtu)
-		m.dst = [][]byte{make([]byte, m.length)}
+		m.segArr[0] = make([]byte, m.length)
 	default:
 		m.op = sq.OpAtomicFA
 		if p.Opcode == roce.OpCompareSwap {
@@ -656,9 +668,10 @@ func wireRequest(p *roce.Packet, mtu int) (*request, bool) {
 		}
 		m.raddr, m.rkey, m.swapAdd, m.compare, m.length = p.Atomic.VA, klm.Key(p.Atomic.RKey), p.Atomic.SwapAdd, p.Atomic.Compare, 8
 		m.npkts = 1
-		m.dst = [][]byte{make([]byte, 8)}
+		m.segArr[0] = s.abuf[:]
 	}
-	return m, true
+	m.dst = m.segArr[:1]
+	return true
 }
 
 // duplicatePacket answers a packet before the expected PSN: a READ is
@@ -669,23 +682,29 @@ func (qp *QP) duplicatePacket(s *respState, a *qpAttr, p *roce.Packet) {
 	case roce.OpReadRequest:
 		for _, e := range s.reads {
 			if d := roce.PSNDiff(p.PSN, e.psn); e.npkts > 0 && d >= 0 && int(d) < e.npkts {
-				m := &request{op: sq.OpRDMARead, psn: e.psn, npkts: e.npkts, raddr: e.raddr, rkey: e.rkey, length: e.length,
-					dst: [][]byte{make([]byte, e.length)}, dataOff: uint64(d) * uint64(a.mtu())}
+				m := &s.wmsg
+				*m = request{op: sq.OpRDMARead, psn: e.psn, npkts: e.npkts, raddr: e.raddr, rkey: e.rkey, length: e.length,
+					dataOff: uint64(d) * uint64(a.mtu())}
+				m.segArr[0] = make([]byte, e.length)
+				m.dst = m.segArr[:1]
 				qp.serve(s, m) // serve takes its duplicate path
+				*m = request{}
 				return
 			}
 		}
 		fallthrough
 	case roce.OpCompareSwap, roce.OpFetchAdd:
-		if m, ok := wireRequest(p, a.mtu()); ok {
+		m := &s.wmsg
+		if s.wireRequest(m, p, a.mtu()) {
 			qp.serve(s, m)
 		}
+		*m = request{}
 		return
 	}
 	qp.dev.count(&qp.dev.ctr.duplicates)
 	if pos := p.Opcode.Position(); pos == roce.PosLast || pos == roce.PosOnly || p.AckReq {
 		last := roce.PSNAdd(s.expected, -1)
-		qp.answer(s, &request{psn: last, npkts: 1}, respACK, 0)
+		qp.ackWire(s, last, respACK)
 	}
 }
 
