@@ -92,7 +92,7 @@ type Options struct {
 var lossSensitive = map[string]bool{
 	"AccessErrors": true, "RNR": true, "TransportRetry": true,
 	"SendRecv/WithInvalidate": true, "SendRecv/WithInvalidateNotAllowed": true,
-	"Flush/RemoteErrorMidBatch": true, "Flush/ReceivesOfQPInError": true, "QPState/SQDWithOutstandingWork": true,
+	"Flush/RemoteErrorMidBatch": true, "Flush/ReceivesOfQPInError": true, "QPState/ResetAndReuse": true, "QPState/SQDWithOutstandingWork": true,
 	"IntegrityErrors": true, "FastReg/Lifecycle": true, "CQ/ArmSolicitedOnly": true,
 }
 
