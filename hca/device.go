@@ -78,6 +78,13 @@ type Options struct {
 	// over the wire are told apart by their GIDs, but distinct LIDs keep
 	// a wire hook's view unambiguous.
 	LID uint16
+	// RCSourceHardware makes an RC responder serve any request addressed
+	// to its QP whose PSN fits, as hardware does (the "QP injection" of
+	// ReDMArk, USENIX Security 2021). By default a responder serves only
+	// its connected peer: on the fabric the QP its remote LID and QPN
+	// name, on the wire the port its remote GID names (the BTH carries no
+	// source QP: a peer host's other QPs cannot be told apart).
+	RCSourceHardware bool
 	// Logger receives the device's log; nil discards it.
 	Logger *slog.Logger
 	// TimeScale divides the transport's timers (ack timeout, RNR delay), so
@@ -98,6 +105,7 @@ type Device struct {
 	log    *slog.Logger
 	fabric *Fabric
 	lid    uint16
+	anySrc bool // Options.RCSourceHardware
 	scale  float64
 	poll   time.Duration
 
@@ -120,6 +128,7 @@ func New(opts Options) *Device {
 		log:     opts.Logger,
 		fabric:  opts.Fabric,
 		scale:   opts.TimeScale,
+		anySrc:  opts.RCSourceHardware,
 		poll:    max(opts.Poll, 0),
 		funcs:   map[*Func]struct{}{},
 		qps:     map[uint32]*QP{},

@@ -85,6 +85,8 @@ type QP struct {
 	// key met an error (drainSig QPs): its next fenced WQE stops the QP in
 	// SQD. Cleared by SQD→RTS and RST.
 	sigErr atomic.Bool
+	// injLogged: a request from a QP other than the peer has been logged.
+	injLogged atomic.Bool
 	// sqFetched is the send ring's consumer counter (the requester's),
 	// for QUERY_QP.
 	sqFetched atomic.Uint32

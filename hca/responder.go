@@ -202,6 +202,9 @@ func (qp *QP) serve(s *respState, r *request) {
 	if !s.psnInit {
 		s.expected, s.psnInit = a.rqPSN, true
 	}
+	if !qp.fromPeer(r, &a) {
+		return
+	}
 	if r.from != nil && (r.src != nil || r.dst != nil) {
 		r.memMu.Lock()
 		defer r.memMu.Unlock()
@@ -258,6 +261,25 @@ func (qp *QP) serve(s *respState, r *request) {
 		qp.answer(s, r, kind, 0)
 		qp.toError()
 	}
+}
+
+// fromPeer reports whether the fabric's request r comes from the QP qp is
+// connected to (Options.RCSourceHardware: any). Another QP's request is
+// dropped as an unknown packet would be: counted, logged once per QP, the
+// QP's state, PSN and completions untouched; its sender times out.
+func (qp *QP) fromPeer(r *request, a *qpAttr) bool {
+	if r.from == nil || qp.dev.anySrc {
+		return true // the wire: deliver checked the source address
+	}
+	if qp.dev.route(a) == transport(qp.dev.fabric) && r.from.dev.lid == a.remoteLID && r.from.qpn == a.remoteQPN {
+		return true
+	}
+	qp.dev.count(&qp.dev.ctr.notPeer)
+	if !qp.injLogged.Swap(true) {
+		qp.dev.log.Debug("request from a QP that is not the peer dropped", "qpn", qp.qpn,
+			"from_lid", r.from.dev.lid, "from_qpn", r.from.qpn, "peer_lid", a.remoteLID, "peer_qpn", a.remoteQPN)
+	}
+	return false
 }
 
 // atomicResult returns the kept result of the atomic at psn.

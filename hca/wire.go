@@ -106,6 +106,7 @@ type PortCounters struct {
 	InjectedReorder    uint64
 	InjectedCorrupt    uint64
 	InjectedDelay      uint64
+	NotPeer            uint64 // requests dropped: from a QP or host other than the QP's connected peer
 }
 
 // Values returns the counters in field order (the QUERY_PORT_COUNTERS
@@ -113,23 +114,23 @@ type PortCounters struct {
 func (c PortCounters) Values() []uint64 {
 	return []uint64{c.TxPackets, c.TxBytes, c.RxPackets, c.RxBytes, c.ICRCErrors, c.RxDropped, c.Retransmits, c.Timeouts,
 		c.RetryExceeded, c.SeqNAKsRecv, c.RNRNAKsRecv, c.NAKsSent, c.OutOfSequence, c.Duplicates, c.InjectedLoss,
-		c.InjectedDup, c.InjectedReorder, c.InjectedCorrupt, c.InjectedDelay}
+		c.InjectedDup, c.InjectedReorder, c.InjectedCorrupt, c.InjectedDelay, c.NotPeer}
 }
 
 // CountersFrom is the inverse of Values; missing values are zero.
 func CountersFrom(v []uint64) PortCounters {
-	v = append(v, make([]uint64, 19)...)
+	v = append(v, make([]uint64, 20)...)
 	return PortCounters{TxPackets: v[0], TxBytes: v[1], RxPackets: v[2], RxBytes: v[3], ICRCErrors: v[4], RxDropped: v[5],
 		Retransmits: v[6], Timeouts: v[7], RetryExceeded: v[8], SeqNAKsRecv: v[9], RNRNAKsRecv: v[10], NAKsSent: v[11],
 		OutOfSequence: v[12], Duplicates: v[13], InjectedLoss: v[14], InjectedDup: v[15], InjectedReorder: v[16],
-		InjectedCorrupt: v[17], InjectedDelay: v[18]}
+		InjectedCorrupt: v[17], InjectedDelay: v[18], NotPeer: v[19]}
 }
 
 // LogAttrs returns the non-zero counters as log attributes.
 func (c PortCounters) LogAttrs() []any {
 	names := []string{"tx_packets", "tx_bytes", "rx_packets", "rx_bytes", "icrc_errors", "rx_dropped", "retransmits", "timeouts",
 		"retry_exceeded", "seq_naks_recv", "rnr_naks_recv", "naks_sent", "out_of_sequence", "duplicates", "injected_loss",
-		"injected_dup", "injected_reorder", "injected_corrupt", "injected_delay"}
+		"injected_dup", "injected_reorder", "injected_corrupt", "injected_delay", "not_peer"}
 	var out []any
 	for i, v := range c.Values() {
 		if v != 0 {
@@ -143,7 +144,7 @@ func (c PortCounters) LogAttrs() []any {
 type counters struct {
 	txPackets, txBytes, rxPackets, rxBytes, icrcErrors, rxDropped    atomic.Uint64
 	retransmits, timeouts, retryExceeded, seqNAKs, rnrNAKs, naksSent atomic.Uint64
-	outOfSeq, duplicates                                             atomic.Uint64
+	outOfSeq, duplicates, notPeer                                    atomic.Uint64
 	injLoss, injDup, injReorder, injCorrupt, injDelay                atomic.Uint64
 }
 
@@ -159,6 +160,7 @@ func (d *Device) Counters() PortCounters {
 		RNRNAKsRecv: c.rnrNAKs.Load(), NAKsSent: c.naksSent.Load(), OutOfSequence: c.outOfSeq.Load(),
 		Duplicates: c.duplicates.Load(), InjectedLoss: c.injLoss.Load(), InjectedDup: c.injDup.Load(),
 		InjectedReorder: c.injReorder.Load(), InjectedCorrupt: c.injCorrupt.Load(), InjectedDelay: c.injDelay.Load(),
+		NotPeer: c.notPeer.Load(),
 	}
 }
 
@@ -688,8 +690,8 @@ func (w *wire) deliver(from netip.AddrPort, buf *packetBuf, n int) bool {
 		return false
 	}
 	_, a, _ := qp.snapshot()
-	if a.remoteGID != GIDOf(from.Addr()) || from.Port() != w.port {
-		c.rxDropped.Add(1) // not the QP's peer
+	if (a.remoteGID != GIDOf(from.Addr()) || from.Port() != w.port) && !w.dev.anySrc {
+		c.notPeer.Add(1) // not from the QP's peer
 		return false
 	}
 	if p.Opcode.IsRequest() {

@@ -33,6 +33,7 @@ var serveOpts struct {
 	pcap   *string
 	lid    *uint
 	stats  *time.Duration
+	rcSrc  *string
 	faults faultFlags
 }
 
@@ -80,7 +81,7 @@ func parseRoCEAddr(s string) (netip.AddrPort, error) {
 var serveCmd = &command{
 	name:    "serve",
 	summary: "run the device as a daemon on a Unix socket: every client process is a function of one shared HCA",
-	usage:   "[--socket PATH] [--caps PRESET] [--log-level LEVEL] [--grace D] [--poll D] [--cpuprofile FILE] [--roce ADDR[:PORT] [--pcap FILE] [--loss P] [--dup P] [--reorder P] [--corrupt P] [--corrupt-payload P] [--delay P] [--delay-time D]] [--lid N] [--stats D]",
+	usage:   "[--socket PATH] [--caps PRESET] [--log-level LEVEL] [--grace D] [--poll D] [--cpuprofile FILE] [--roce ADDR[:PORT] [--pcap FILE] [--loss P] [--dup P] [--reorder P] [--corrupt P] [--corrupt-payload P] [--delay P] [--delay-time D]] [--lid N] [--stats D] [--rc-source strict|hardware]",
 	example: "hcasim serve --socket /tmp/a.sock --roce 127.0.0.2 --pcap a.pcap --loss 0.01",
 	flags: func(fs *flag.FlagSet) {
 		serveOpts.socket = fs.String("socket", "hcasim.sock", "the socket's path (created mode 0600)")
@@ -91,6 +92,7 @@ var serveCmd = &command{
 		serveOpts.roce = fs.String("roce", "", "give the port a RoCEv2 endpoint at this IP address (its GID) and UDP port (default 4791): QPs connected to another host's GID use the wire")
 		serveOpts.pcap = fs.String("pcap", "", "--roce: write every packet sent and received to this pcap file")
 		serveOpts.lid = fs.Uint("lid", 0, "the port's LID (0: the first free one)")
+		serveOpts.rcSrc = fs.String("rc-source", "strict", "strict: an RC QP serves only its connected peer; hardware: any request whose QPN and PSN fit, as RNICs do (QP injection possible)")
 		serveOpts.stats = fs.Duration("stats", 0, "log the port counters this often (0: only at exit)")
 		serveOpts.faults.register(fs)
 		serveOpts.grace = fs.Duration("grace", 500*time.Millisecond, "on SIGINT/SIGTERM, how long clients get to see their flush completions before connections close")
@@ -166,7 +168,11 @@ func runServe(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) error {
 	if *serveOpts.lid > 0xBFFF {
 		return fmt.Errorf("--lid %d: a unicast LID is 1..0xBFFF", *serveOpts.lid)
 	}
-	dev := hca.New(hca.Options{Caps: &caps, Poll: *serveOpts.poll, LID: uint16(*serveOpts.lid), Logger: log.With("part", "device")})
+	if *serveOpts.rcSrc != "strict" && *serveOpts.rcSrc != "hardware" {
+		return fmt.Errorf("--rc-source %q: want strict or hardware", *serveOpts.rcSrc)
+	}
+	dev := hca.New(hca.Options{Caps: &caps, Poll: *serveOpts.poll, LID: uint16(*serveOpts.lid), Logger: log.With("part", "device"),
+		RCSourceHardware: *serveOpts.rcSrc == "hardware"})
 	defer dev.Close()
 	if *serveOpts.roce != "" {
 		addr, err := parseRoCEAddr(*serveOpts.roce)

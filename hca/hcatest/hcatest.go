@@ -81,6 +81,11 @@ type Options struct {
 	Lossy bool
 	// Groups, if not empty, names the groups to run (SendRecv, RDMA, …).
 	Groups []string
+	// RCSourceHardware says the device serves an RC request from any QP
+	// whose PSN fits, as hardware does (hca.Options.RCSourceHardware): the
+	// Isolation scenarios then check that it does, instead of that it
+	// refuses.
+	RCSourceHardware bool
 }
 
 // lossSensitive are the groups and scenarios whose outcome a lossy wire
@@ -101,7 +106,7 @@ func RunOptions(t *testing.T, o Options) {
 	if o.Remote == nil {
 		o.Remote = o.Local
 	}
-	s := &suite{local: o.Local, remote: o.Remote, wireHook: o.WireHook}
+	s := &suite{local: o.Local, remote: o.Remote, wireHook: o.WireHook, hardware: o.RCSourceHardware}
 	for _, g := range groups {
 		if len(o.Groups) > 0 && !slices.Contains(o.Groups, g.name) {
 			continue
@@ -147,11 +152,13 @@ var groups = []group{
 	{"QPState", qpStateScenarios},
 	{"Integrity", integrityRecipeScenarios},
 	{"IntegrityErrors", integrityErrorScenarios},
+	{"Isolation", isolationScenarios},
 }
 
 type suite struct {
 	local, remote Opener
 	wireHook      func(hook func(m *hca.WireMsg))
+	hardware      bool // Options.RCSourceHardware
 }
 
 // Timeouts. waitFor bounds how long a completion or event that must come

@@ -214,3 +214,11 @@ func needTool(t *testing.T, name, pkg string) string {
 	}
 	return path
 }
+
+// TestRCSourceHardware: with hca.Options.RCSourceHardware the device
+// serves an injected request whose PSN fits, as hardware does.
+func TestRCSourceHardware(t *testing.T) {
+	dev := hca.New(hca.Options{TimeScale: timeScale, RCSourceHardware: true})
+	t.Cleanup(func() { dev.Close() })
+	hcatest.RunOptions(t, hcatest.Options{Local: opener(dev), Groups: []string{"Isolation"}, RCSourceHardware: true})
+}
