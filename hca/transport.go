@@ -82,7 +82,8 @@ type request struct {
 	peerSigFail bool
 
 	// On the wire: the requester's transmit state.
-	wireData []byte // the message's wire bytes, once made (a signature source)
+	wireData []byte // the message's wire bytes, once made (a signature source, or what the wire hook left)
+	hooked   bool   // the wire hook has seen the message
 	rdNext   uint32 // the next READ response PSN awaited
 	rdBuf    []byte // READ response data awaiting a dstSig transform
 	rdGap    bool   // a READ response went missing: resent, not yet mended

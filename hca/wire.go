@@ -336,7 +336,18 @@ func (w *wire) sendRequest(u *burst, qp *QP, a *qpAttr, to netip.AddrPort, mtu i
 		}
 		src = [][]byte{r.wireData}
 	}
-	src = w.hook(qp.dev.lid, qp.qpn, a.remoteLID, a.remoteQPN, src, r.length)
+	if !r.hooked && w.dev.fabric.hook.Load() != nil {
+		// The wire hook sees the message once; retransmissions resend
+		// what it left (a corruption it made stays in the message).
+		r.hooked = true
+		b := w.hook(qp.dev.lid, qp.qpn, a.remoteLID, a.remoteQPN, src, r.length)
+		if len(b) == 1 {
+			r.wireData = b[0]
+		}
+	}
+	if r.hooked && r.wireData != nil {
+		src = [][]byte{r.wireData}
+	}
 	kind := roce.MsgSend
 	switch r.op {
 	case sq.OpSendImm:
