@@ -81,10 +81,13 @@ func (qp *QP) responder() {
 			return
 		case <-qp.inbox.sig:
 			s.reqs = qp.inbox.take(s.reqs)
-			for _, r := range s.reqs {
+			for i, r := range s.reqs {
 				if r.pkt != nil {
 					qp.servePacket(s, r)
 					r.release()
+					if i%64 == 63 {
+						qp.sendAnswers(s) // a long batch answers as it goes
+					}
 					continue
 				}
 				long := r.length >= longMessage
