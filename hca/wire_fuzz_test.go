@@ -79,6 +79,17 @@ func FuzzWirePackets(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		// The WRITE posted at the end reads a buffer of its own: the fuzzed
+		// packets may write all of mr (two engines on one buffer would be
+		// the application's race, not the device's).
+		src, err := ctx.Alloc(4096)
+		if err != nil {
+			t.Fatal(err)
+		}
+		srcMR, err := pd.RegMR(src, verbs.AccessLocalWrite)
+		if err != nil {
+			t.Fatal(err)
+		}
 		cq, _ := ctx.CreateCQ(256, nil)
 		qp, err := pd.CreateQP(&verbs.QPInitAttr{SendCQ: cq, RecvCQ: cq, Cap: verbs.QPCap{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1}})
 		if err != nil {
@@ -125,7 +136,7 @@ func FuzzWirePackets(f *testing.F) {
 			peer.WriteToUDP(pkt, to)
 		}
 		if _, err := qp.PostSend([]verbs.SendWR{{WRID: 999, Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled,
-			SG: []verbs.SGE{mr.SGE(0, 64)}, RemoteAddr: 0x1000, RKey: 0x1234}}); err != nil {
+			SG: []verbs.SGE{srcMR.SGE(0, 64)}, RemoteAddr: 0x1000, RKey: 0x1234}}); err != nil {
 			return // the QP went to error: posting is refused, as it should be
 		}
 		// Every packet the device sends is well formed, until the WRITE
