@@ -31,7 +31,9 @@ const (
 	CapOutMaxLogPage   = 51
 	CapOutMaxMapped    = 56 // BE64
 	CapOutGID          = 64 // 16 bytes: the port's GID on the wire (zero: no wire)
-	CapOutSize         = 80
+	CapOutFuncMem      = 80 // BE64: the device memory one function's objects may hold (0: no bound)
+	CapOutDevMem       = 88 // BE64: the device memory all functions' objects may hold
+	CapOutSize         = 96
 	CapFlagSigHandover = 1
 
 	// QUERY_PORT_COUNTERS output: the counters from 8.
@@ -213,6 +215,7 @@ func (f *Func) queryCap() Out {
 	if w := f.dev.wire.Load(); w != nil {
 		copy(o[CapOutGID:], w.gid[:])
 	}
+	o.Put64(CapOutFuncMem, c.FuncMemBytes).Put64(CapOutDevMem, c.DevMemBytes)
 	return Out(o)
 }
 
@@ -272,14 +275,21 @@ func (f *Func) createMkey(in In) Out {
 	m.BSF = nil
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	cost := mkeyCost(m.XLTOctowords)
+	if !f.charge(cost) {
+		return failOut(StatusExceedLim, 0, "device memory budget: an mkey of %d translation octowords does not fit", m.XLTOctowords)
+	}
 	if !f.pdRef(m.PD, 1) {
+		f.uncharge(cost)
 		return failOut(StatusBadResource, m.PD, "no PD %#x", m.PD)
 	}
 	key, err := f.mkeys.Create(m)
 	if err != nil {
+		f.uncharge(cost)
 		f.pdRef(m.PD, -1)
 		return failOut(StatusBadParam, 0, "%v", err)
 	}
+	f.mkeyCost[key.Index()] = cost
 	o := In(okOut(MkeyOutIdx + 4))
 	o.Put32(MkeyOutIdx, key.Index())
 	return Out(o)
@@ -296,6 +306,8 @@ func (f *Func) destroyMkey(idx uint32) Out {
 		return failOut(StatusBadResource, idx, "%v", err)
 	}
 	f.pdRef(m.PD, -1)
+	f.uncharge(f.mkeyCost[idx])
+	delete(f.mkeyCost, idx)
 	f.sigForget(idx)
 	return okOut(0)
 }
@@ -346,12 +358,16 @@ func (f *Func) createCQ(in In) Out {
 	if uint32(len(f.cqs)) >= f.dev.caps.MaxCQ {
 		return failOut(StatusExceedLim, 0, "%d CQs", len(f.cqs))
 	}
+	if !f.charge(cqCost) {
+		return failOut(StatusExceedLim, 0, "device memory budget: no room for a CQ")
+	}
 	for f.cqs[f.nextCQN] != nil || f.nextCQN == 0 {
 		f.nextCQN = (f.nextCQN + 1) & 0xFFFFFF
 	}
 	c := &CQ{cqn: f.nextCQN, fn: f}
 	c.ring, err = cq.NewRing(buf, db, logSize, func() { f.event(EventCompletion, c.cqn) })
 	if err != nil {
+		f.uncharge(cqCost)
 		return failOut(StatusBadParam, 0, "%v", err)
 	}
 	f.cqs[c.cqn] = c
@@ -372,6 +388,7 @@ func (f *Func) destroyCQ(cqn uint32) Out {
 		return failOut(StatusResBusy, cqn, "CQ %#x has %d QPs", cqn, c.qps)
 	}
 	delete(f.cqs, cqn)
+	f.uncharge(cqCost)
 	return okOut(0)
 }
 
@@ -386,7 +403,11 @@ func (f *Func) createPSV(in In) Out {
 	if uint32(len(f.psvs)+n) > f.dev.caps.MaxPSV {
 		return failOut(StatusExceedLim, 0, "%d PSVs", len(f.psvs))
 	}
+	if !f.charge(uint64(n) * psvCost) {
+		return failOut(StatusExceedLim, 0, "device memory budget: no room for %d PSVs", n)
+	}
 	if !f.pdRef(pd, n) {
+		f.uncharge(uint64(n) * psvCost)
 		return failOut(StatusBadResource, pd, "no PD %#x", pd)
 	}
 	o := In(okOut(PSVOutSize))
@@ -410,6 +431,7 @@ func (f *Func) destroyPSV(idx uint32) Out {
 	}
 	delete(f.psvs, idx)
 	f.pdRef(p.pd, -1)
+	f.uncharge(psvCost)
 	return okOut(0)
 }
 

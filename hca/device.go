@@ -48,6 +48,11 @@ type Caps struct {
 	SignatureHandover bool
 	// MaxMappedBytes caps a function's DMA-mapped memory (0: no cap).
 	MaxMappedBytes uint64
+	// FuncMemBytes and DevMemBytes bound the device memory the objects of
+	// one function, and of all functions, may hold (mkey translations, QP
+	// engines, CQs, PSVs; budget.go); 0: no bound. A create past either
+	// is refused with EXCEED_LIM.
+	FuncMemBytes, DevMemBytes uint64
 }
 
 // ConnectX5Caps is the default, ConnectX-5-like capability preset.
@@ -65,6 +70,8 @@ var ConnectX5Caps = Caps{
 	MaxRDAtomic:       16,
 	UMRFence:          1,
 	SignatureHandover: true,
+	FuncMemBytes:      1 << 30,
+	DevMemBytes:       8 << 30,
 }
 
 // Options configure a Device.
@@ -117,8 +124,9 @@ type Device struct {
 
 	atomicMu sync.Mutex // serialises atomic operations on host memory
 
-	wire atomic.Pointer[wire] // the RoCEv2 port, if it listens
-	ctr  counters             // the port's counters
+	wire    atomic.Pointer[wire] // the RoCEv2 port, if it listens
+	charged atomic.Uint64        // device memory charged to functions (budget.go)
+	ctr     counters             // the port's counters
 }
 
 // New returns a device with the given options.

@@ -80,17 +80,19 @@ type Func struct {
 	mem   *klm.Memory
 	mkeys *klm.Table
 
-	mu      sync.Mutex
-	closed  bool
-	pds     map[uint32]int // PD → objects using it
-	nextPD  uint32
-	cqs     map[uint32]*CQ
-	nextCQN uint32
-	qps     map[uint32]*QP
-	psvs    map[uint32]*PSV
-	nextPSV uint32
-	dmaNext uint64
-	dma     map[uint64][]byte
+	mu       sync.Mutex
+	closed   bool
+	pds      map[uint32]int // PD → objects using it
+	nextPD   uint32
+	cqs      map[uint32]*CQ
+	nextCQN  uint32
+	qps      map[uint32]*QP
+	psvs     map[uint32]*PSV
+	nextPSV  uint32
+	dmaNext  uint64
+	dma      map[uint64][]byte
+	charged  uint64            // device memory its objects hold (budget.go)
+	mkeyCost map[uint32]uint64 // what each mkey was charged
 
 	evMu   sync.Mutex
 	events []Event
@@ -105,20 +107,21 @@ func newFunc(d *Device) *Func {
 	mem := klm.NewMemory()
 	mem.Limit = d.caps.MaxMappedBytes
 	return &Func{
-		dev:     d,
-		mem:     mem,
-		mkeys:   klm.NewTable(d.caps.Mkey, mem),
-		pds:     map[uint32]int{},
-		nextPD:  1,
-		cqs:     map[uint32]*CQ{},
-		nextCQN: 1,
-		qps:     map[uint32]*QP{},
-		psvs:    map[uint32]*PSV{},
-		nextPSV: 1,
-		dmaNext: 1 << 32,
-		dma:     map[uint64][]byte{},
-		evSig:   make(chan struct{}, 1),
-		sigErrs: map[uint32]*sigState{},
+		dev:      d,
+		mem:      mem,
+		mkeys:    klm.NewTable(d.caps.Mkey, mem),
+		pds:      map[uint32]int{},
+		mkeyCost: map[uint32]uint64{},
+		nextPD:   1,
+		cqs:      map[uint32]*CQ{},
+		nextCQN:  1,
+		qps:      map[uint32]*QP{},
+		psvs:     map[uint32]*PSV{},
+		nextPSV:  1,
+		dmaNext:  1 << 32,
+		dma:      map[uint64][]byte{},
+		evSig:    make(chan struct{}, 1),
+		sigErrs:  map[uint32]*sigState{},
 	}
 }
 
@@ -287,6 +290,10 @@ func (f *Func) Close() error {
 	for _, qp := range qps {
 		qp.destroy()
 	}
+	f.mu.Lock()
+	f.dev.uncharge(f.charged) // what its mkeys, CQs and PSVs held
+	f.charged = 0
+	f.mu.Unlock()
 	f.dev.removeFunc(f)
 	return nil
 }

@@ -185,7 +185,10 @@ func (f *Func) createQP(in In) Out {
 		return failOut(StatusExceedLim, 0, "%d QPs", len(f.qps))
 	case scq == nil || rcq == nil:
 		return failOut(StatusBadResource, 0, "no CQ %#x or %#x", scqn, rcqn)
+	case !f.charge(qpCost):
+		return failOut(StatusExceedLim, 0, "device memory budget: no room for a QP")
 	case !f.pdRef(pd, 1):
+		f.uncharge(qpCost)
 		return failOut(StatusBadResource, pd, "no PD %#x", pd)
 	}
 	qp := &QP{
@@ -200,6 +203,7 @@ func (f *Func) createQP(in In) Out {
 	}
 	n, ok := f.dev.allocQPN(qp)
 	if !ok {
+		f.uncharge(qpCost)
 		f.pdRef(pd, -1)
 		return failOut(StatusNoResources, 0, "no QP number")
 	}
@@ -245,6 +249,7 @@ func (qp *QP) destroy() {
 	qp.scq.qps--
 	qp.rcq.qps--
 	f.pdRef(qp.pd, -1)
+	f.uncharge(qpCost)
 	f.mu.Unlock()
 }
 

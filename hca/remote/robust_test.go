@@ -13,6 +13,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/hcasim/hcasim/cq"
 	"github.com/hcasim/hcasim/hca"
 	"github.com/hcasim/hcasim/hca/remote"
@@ -1661,4 +1663,56 @@ func TestReplyTimeout(t *testing.T) {
 	if n := <-got; n != remote.HeaderSize+8 {
 		t.Errorf("the mute daemon read %d bytes, want a HELLO", n)
 	}
+}
+
+// TestMemoryBudgets: a client that creates mkeys with large translations
+// until the device refuses gets EXCEED_LIM at its own budget, and another
+// client keeps working; the device-wide budget refuses the second client
+// once both together hold it, and a client that goes away gives its share
+// back.
+func TestMemoryBudgets(t *testing.T) {
+	caps := hca.ConnectX5Caps
+	caps.FuncMemBytes, caps.DevMemBytes = 4<<20, 6<<20
+	dev := hca.New(hca.Options{Caps: &caps})
+	t.Cleanup(func() { dev.Close() })
+	path, _ := daemon(t, dev)
+	exceeded := func(err error) bool {
+		var ce *hca.CmdError
+		return errors.As(err, &ce) && ce.Status == hca.StatusExceedLim
+	}
+	// fill allocates 64 KiB-translation MRs on ctx until one is refused.
+	fill := func(ctx *verbs.Context) (int, error) {
+		pd, err := ctx.AllocPD()
+		require.NoError(t, err)
+		for n := 0; ; n++ {
+			if _, err := pd.AllocMR(verbs.MRTypeMemReg, 8192); err != nil {
+				return n, err
+			}
+		}
+	}
+	a := dial(t, path)
+	require.Equal(t, caps.FuncMemBytes, a.Caps().FuncMemBytes, "QUERY_HCA_CAP advertises the budget")
+	n, err := fill(a)
+	require.True(t, exceeded(err), "client A's refusal: %v", err)
+	require.InDelta(t, 4<<20>>16, n, 2, "A's MRs before its budget")
+
+	b := dial(t, path)
+	pd, err := b.AllocPD()
+	require.NoError(t, err)
+	cq, err := b.CreateCQ(16, nil)
+	require.NoError(t, err, "B works while A is at its budget")
+	_, err = pd.CreateQP(&verbs.QPInitAttr{SendCQ: cq, RecvCQ: cq, Cap: verbs.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	require.NoError(t, err)
+	m, err := fill(b)
+	require.True(t, exceeded(err), "client B's refusal at the device's budget: %v", err)
+	require.Less(t, m, n, "B stopped at the device's budget, before its own")
+	require.LessOrEqual(t, dev.MemCharged(), caps.DevMemBytes)
+
+	require.NoError(t, a.Close())
+	for deadline := time.Now().Add(5 * time.Second); dev.MemCharged() > 3<<20 && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond) // the daemon closes A's function
+	}
+	_, err = pd.AllocMR(verbs.MRTypeMemReg, 8192)
+	require.NoError(t, err, "A's share came back")
+	healthy(t, path)
 }

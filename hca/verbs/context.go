@@ -101,6 +101,7 @@ func capsFrom(o hca.Out) hca.Caps {
 	c.Mkey.MaxRepeatEntries = in.U16(hca.CapOutRepeatEnts)
 	c.Mkey.MinLogPageSize, c.Mkey.MaxLogPageSize = in.U8(hca.CapOutMinLogPage), in.U8(hca.CapOutMaxLogPage)
 	c.MaxMappedBytes = in.U64(hca.CapOutMaxMapped)
+	c.FuncMemBytes, c.DevMemBytes = in.U64(hca.CapOutFuncMem), in.U64(hca.CapOutDevMem)
 	return c
 }
 
