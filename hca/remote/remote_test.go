@@ -76,7 +76,7 @@ func TestSuiteTwoDaemons(t *testing.T) {
 	var fabrics [2]*hca.Fabric
 	for i := range paths {
 		fabrics[i] = hca.NewFabric()
-		dev := hca.New(hca.Options{TimeScale: 4, Fabric: fabrics[i], LID: uint16(2 + i), Poll: 50 * time.Microsecond})
+		dev := hca.New(hca.Options{Fabric: fabrics[i], LID: uint16(2 + i), Poll: 50 * time.Microsecond}) // the real ACK timeout (see hcatest's wirePair)
 		t.Cleanup(func() { dev.Close() })
 		if err := dev.ListenRoCE(hca.WireOptions{Addr: netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, x, y, byte(2 + i)}), 4791)}); err != nil {
 			t.Fatal(err)
