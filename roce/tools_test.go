@@ -15,26 +15,14 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/hcasim/hcasim/internal/tooltest"
 	"github.com/hcasim/hcasim/roce"
 )
 
-// needTool returns the path of an external checker, or skips the test
-// with what to install — unless HCASIM_REQUIRE_TOOLS is set (CI sets it),
-// where a missing tool fails it.
+// needTool is tooltest.Need.
 func needTool(t *testing.T, name, pkg string) string {
 	t.Helper()
-	path, err := exec.LookPath(name)
-	if err == nil && name == "/usr/bin/python3" {
-		err = exec.Command(path, "-c", "import scapy.contrib.roce").Run()
-	}
-	if err != nil {
-		msg := fmt.Sprintf("%s not usable (%v): install %s (Debian: apt-get install %s)", name, err, pkg, pkg)
-		if os.Getenv("HCASIM_REQUIRE_TOOLS") != "" {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
-	}
-	return path
+	return tooltest.Need(t, name, pkg)
 }
 
 // frameWant is what an independent decoder should read from a frame.
