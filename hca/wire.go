@@ -307,7 +307,7 @@ func (w *wire) sendRequest(u *burst, qp *QP, a *qpAttr, to netip.AddrPort, mtu i
 		}
 		p.Opcode, p.PSN = roce.OpReadRequest, roce.PSNAdd(r.psn, int(off)/mtu)
 		p.RETH = roce.RETH{VA: r.raddr + off, RKey: uint32(r.rkey), DMALen: uint32(r.length - off)}
-		w.tx(u, qp, a, to, &p, nil, 0, 0)
+		w.tx(u, to, &p, nil, 0, 0)
 		return
 	case sq.OpAtomicCS, sq.OpAtomicFA:
 		p.Opcode = roce.OpFetchAdd
@@ -315,7 +315,7 @@ func (w *wire) sendRequest(u *burst, qp *QP, a *qpAttr, to netip.AddrPort, mtu i
 			p.Opcode = roce.OpCompareSwap
 		}
 		p.Atomic = roce.AtomicETH{VA: r.raddr, RKey: uint32(r.rkey), SwapAdd: r.swapAdd, Compare: r.compare}
-		w.tx(u, qp, a, to, &p, nil, 0, 0)
+		w.tx(u, to, &p, nil, 0, 0)
 		return
 	}
 	// The wire bytes: the memory's own, or its signature transform's,
@@ -387,7 +387,7 @@ func (w *wire) sendRequest(u *burst, qp *QP, a *qpAttr, to netip.AddrPort, mtu i
 				p.InvRKey = r.imm
 			}
 		}
-		w.tx(u, qp, a, to, &p, src, off, size)
+		w.tx(u, to, &p, src, off, size)
 		off += uint64(size)
 	}
 }
@@ -405,7 +405,7 @@ func (w *wire) answer(qp *QP, a *qpAttr, _ *QP, ans []response) {
 		if ack != nil {
 			p := roce.Packet{BTH: roce.BTH{Opcode: roce.OpAcknowledge, PKey: 0xFFFF, DestQP: a.remoteQPN, PSN: ack.psn},
 				AETH: roce.AETH{Syndrome: roce.SyndromeACK, MSN: ack.msn}}
-			w.tx(u, qp, a, to, &p, nil, 0, 0)
+			w.tx(u, to, &p, nil, 0, 0)
 			ack = nil
 		}
 	}
@@ -420,7 +420,7 @@ func (w *wire) answer(qp *QP, a *qpAttr, _ *QP, ans []response) {
 		switch {
 		case r.kind == respACK && r.atomic:
 			p.Opcode, p.AETH.Syndrome, p.AtomicAck = roce.OpAtomicAcknowledge, roce.SyndromeACK, r.value
-			w.tx(u, qp, a, to, &p, nil, 0, 0)
+			w.tx(u, to, &p, nil, 0, 0)
 		case r.kind == respACK:
 			// A READ's response: its last PSN is r.psn.
 			data := w.hook(a.remoteLID, a.remoteQPN, qp.dev.lid, qp.qpn, [][]byte{r.data}, uint64(len(r.data)))
@@ -434,7 +434,7 @@ func (w *wire) answer(qp *QP, a *qpAttr, _ *QP, ans []response) {
 				if op != roce.OpReadResponseMiddle {
 					p.AETH.Syndrome = roce.SyndromeACK
 				}
-				w.tx(u, qp, a, to, &p, data, off, size)
+				w.tx(u, to, &p, data, off, size)
 				off += uint64(size)
 			}
 		default:
@@ -452,16 +452,16 @@ func (w *wire) answer(qp *QP, a *qpAttr, _ *QP, ans []response) {
 				p.AETH.Syndrome = roce.SyndromeNAKRemoteOperational
 			}
 			w.dev.count(&w.dev.ctr.naksSent)
-			w.tx(u, qp, a, to, &p, nil, 0, 0)
+			w.tx(u, to, &p, nil, 0, 0)
 		}
 	}
 	flush()
 }
 
-// tx builds one packet whose payload is size bytes of the stream src from
-// off, seals its ICRC and sends it, through the fabric's wire hook (a
-// test's "bit flips on the wire") and fault injection.
-func (w *wire) tx(u *burst, qp *QP, a *qpAttr, to netip.AddrPort, p *roce.Packet, src [][]byte, off uint64, n int) {
+// tx builds one packet whose payload is n bytes of the stream src from
+// off, seals its ICRC and queues it on u (which sends it, batched or
+// through fault injection). The wire hook has seen the message before.
+func (w *wire) tx(u *burst, to netip.AddrPort, p *roce.Packet, src [][]byte, off uint64, n int) {
 	buf := getPacketBuf()
 	defer buf.put()
 	h := p.Opcode.HeaderLen()
