@@ -106,7 +106,7 @@ type QPInfo struct {
 	LID uint16
 	GID [16]byte // the port's RoCEv2 GID (zero: no wire)
 	QPN uint32
-	PSN uint32
+	PSN uint32 // the initial send PSN; a QP moved to RESET takes a new one
 }
 
 // WROpcode is a send work request opcode (IBV_WR_*).
@@ -384,6 +384,10 @@ func (qp *QP) Modify(a *QPAttr) error {
 	}
 	qp.state = a.State
 	if a.State == StateReset {
+		// A fresh initial PSN for the next connection, as applications
+		// pick one when they reconnect: packets of the old connection still
+		// on a wire then do not fit the new one.
+		qp.psn = (qp.psn*1103515245 + 12345) & 0xFFFFFF
 		qp.curPost, qp.sqTail, qp.fmCache = 0, 0, 0
 		qp.rmu.Lock()
 		qp.rqHead, qp.rqTail = 0, 0
