@@ -52,35 +52,52 @@ static inline struct ibv_context *open_first(uint16_t *lid)
 	return c;
 }
 
-/* rc_connect moves qp through INIT, RTR and RTS to QP dest at lid, with
- * remote access flags access and retry as both retry counts. It returns
- * 0, or -1 with errno set. */
-static inline int rc_connect(struct ibv_qp *qp, uint32_t dest, uint16_t lid, unsigned access, int retry)
+/* rc_to_rtr moves qp through INIT to RTR toward QP dest at lid, at path
+ * MTU mtu, with a global route to dgid when it is not NULL, and remote
+ * access flags access. It returns 0, or -1 with errno set. */
+static inline int rc_to_rtr(struct ibv_qp *qp, uint32_t dest, uint16_t lid, const union ibv_gid *dgid,
+			    enum ibv_mtu mtu, unsigned access)
 {
 	struct ibv_qp_attr a = {.qp_state = IBV_QPS_INIT, .port_num = 1, .qp_access_flags = access};
 	if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS))
 		return -1;
 	memset(&a, 0, sizeof a);
 	a.qp_state = IBV_QPS_RTR;
-	a.path_mtu = IBV_MTU_1024;
+	a.path_mtu = mtu;
 	a.dest_qp_num = dest;
 	a.ah_attr.dlid = lid;
 	a.ah_attr.port_num = 1;
+	if (dgid) {
+		a.ah_attr.is_global = 1;
+		a.ah_attr.grh.dgid = *dgid;
+		a.ah_attr.grh.sgid_index = 0;
+		a.ah_attr.grh.hop_limit = 64;
+	}
 	a.max_dest_rd_atomic = 1;
 	a.min_rnr_timer = 12;
-	if (ibv_modify_qp(qp, &a,
-			  IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-				  IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER))
-		return -1;
-	memset(&a, 0, sizeof a);
-	a.qp_state = IBV_QPS_RTS;
-	a.timeout = 10;
-	a.retry_cnt = (uint8_t)retry;
-	a.rnr_retry = (uint8_t)retry;
-	a.max_rd_atomic = 1;
+	return ibv_modify_qp(qp, &a,
+			     IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+				     IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
+}
+
+/* rc_to_rts moves qp from RTR to RTS with retry as both retry counts. */
+static inline int rc_to_rts(struct ibv_qp *qp, int retry)
+{
+	struct ibv_qp_attr a = {.qp_state = IBV_QPS_RTS, .timeout = 10, .retry_cnt = (uint8_t)retry,
+				.rnr_retry = (uint8_t)retry, .max_rd_atomic = 1};
 	return ibv_modify_qp(qp, &a,
 			     IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
 				     IBV_QP_MAX_QP_RD_ATOMIC);
+}
+
+/* rc_connect moves qp through INIT, RTR and RTS to QP dest at lid (path
+ * MTU 1024, no global route), with remote access flags access and retry
+ * as both retry counts. It returns 0, or -1 with errno set. */
+static inline int rc_connect(struct ibv_qp *qp, uint32_t dest, uint16_t lid, unsigned access, int retry)
+{
+	if (rc_to_rtr(qp, dest, lid, NULL, IBV_MTU_1024, access))
+		return -1;
+	return rc_to_rts(qp, retry);
 }
 
 #endif

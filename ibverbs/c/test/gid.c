@@ -53,37 +53,10 @@ static struct ibv_qp *make_qp(void)
  * global route to dgid when dgid is not NULL. */
 static int to_rtr(struct ibv_qp *qp, uint32_t dest, enum ibv_mtu mtu, const union ibv_gid *dgid)
 {
-	struct ibv_qp_attr a = {.qp_state = IBV_QPS_INIT, .port_num = 1,
-				.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ};
-	if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS))
-		return -1;
-	memset(&a, 0, sizeof a);
-	a.qp_state = IBV_QPS_RTR;
-	a.path_mtu = mtu;
-	a.dest_qp_num = dest;
-	a.ah_attr.dlid = lid;
-	a.ah_attr.port_num = 1;
-	if (dgid) {
-		a.ah_attr.is_global = 1;
-		a.ah_attr.grh.dgid = *dgid;
-		a.ah_attr.grh.sgid_index = 0;
-		a.ah_attr.grh.hop_limit = 64;
-	}
-	a.max_dest_rd_atomic = 1;
-	a.min_rnr_timer = 12;
-	return ibv_modify_qp(qp, &a,
-			     IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-				     IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
+	return rc_to_rtr(qp, dest, lid, dgid, mtu, IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ);
 }
 
-static int to_rts(struct ibv_qp *qp)
-{
-	struct ibv_qp_attr a = {.qp_state = IBV_QPS_RTS, .timeout = 10, .retry_cnt = 2, .rnr_retry = 2,
-				.max_rd_atomic = 1};
-	return ibv_modify_qp(qp, &a,
-			     IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
-				     IBV_QP_MAX_QP_RD_ATOMIC);
-}
+static int to_rts(struct ibv_qp *qp) { return rc_to_rts(qp, 2); }
 
 /* path reads back a QP's path MTU and route. */
 static int path(struct ibv_qp *qp, struct ibv_qp_attr *a)
