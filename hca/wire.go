@@ -459,29 +459,40 @@ func (w *wire) answer(qp *QP, a *qpAttr, _ *QP, ans []response) {
 }
 
 // tx builds one packet whose payload is n bytes of the stream src from
-// off, seals its ICRC and queues it on u (which sends it, batched or
-// through fault injection). The wire hook has seen the message before.
+// off, in place in u's run when the port batches (else in a packet
+// buffer, sent at once through fault injection), and seals its ICRC. The
+// wire hook has seen the message before.
 func (w *wire) tx(u *burst, to netip.AddrPort, p *roce.Packet, src [][]byte, off uint64, n int) {
-	buf := getPacketBuf()
-	defer buf.put()
-	h := p.Opcode.HeaderLen()
-	if h+n+3+roce.ICRCSize > len(buf.b) {
+	size := p.Opcode.HeaderLen() + n + int(roce.PadFor(n)) + roce.ICRCSize
+	if size > packetSize {
 		return
 	}
-	// The payload straight from memory when it lies in one segment, else
-	// gathered (into the space after the headers it goes to, first).
+	// The payload straight from memory when it lies in one segment.
 	data, ok := segSlice(src, off, n)
 	if !ok {
-		data = buf.b[len(buf.b)-n:]
-		copyFrom(data, src, off) // Append moves it into place
+		scratch := getPacketBuf()
+		defer scratch.put()
+		data = scratch.b[:n]
+		copyFrom(data, src, off)
 	}
-	b, err := p.Append(buf.b[:0], data)
+	dst := u.space(size, to)
+	var buf *packetBuf
+	if dst == nil {
+		buf = getPacketBuf()
+		defer buf.put()
+		dst = buf.b[:0]
+	}
+	b, err := p.Append(dst, data)
 	if err != nil {
 		w.dev.log.Error("roce: packet not built", "op", p.Opcode.String(), "err", err)
 		return
 	}
-	w.seal(b, to)
-	u.add(b, to)
+	w.seal(b[len(dst):], to)
+	if buf != nil {
+		w.send1(b, to)
+		return
+	}
+	u.commit(b)
 }
 
 // send1 sends one datagram now, through fault injection.

@@ -38,26 +38,34 @@ var burstBufs = sync.Pool{New: func() any { b := make([]byte, 0, gsoMaxBytes+pac
 
 func (w *wire) newBurst() *burst { return &burst{w: w} }
 
-// add queues one sealed datagram (copied), sending the run before it if
-// it cannot join.
-func (u *burst) add(b []byte, to netip.AddrPort) {
+// space returns the run's buffer, to append one datagram of size bytes
+// for to (the run before it sent if it cannot join), or nil when the port
+// does not batch (the caller builds the datagram elsewhere and calls
+// send1). commit then takes the datagram appended.
+func (u *burst) space(size int, to netip.AddrPort) []byte {
 	w := u.w
 	if !w.gso.Load() || w.faults.any() {
-		w.send1(b, to)
-		return
+		return nil
 	}
 	if u.buf == nil {
 		u.buf = burstBufs.Get().(*[]byte)
 		*u.buf = (*u.buf)[:0]
 	}
-	fits := u.n > 0 && to == u.to && !u.short && len(b) <= u.seg && len(*u.buf)+len(b) <= gsoMaxBytes && u.n < gsoMaxSegs
+	fits := u.n > 0 && to == u.to && !u.short && size <= u.seg && len(*u.buf)+size <= gsoMaxBytes && u.n < gsoMaxSegs
 	if !fits {
 		u.flush()
-		u.to, u.seg = to, len(b)
+		u.to, u.seg = to, size
 	}
-	*u.buf = append(*u.buf, b...)
+	return *u.buf
+}
+
+// commit takes into the run the datagram appended to space's buffer (b is
+// that buffer extended by it).
+func (u *burst) commit(b []byte) {
+	size := len(b) - len(*u.buf)
+	*u.buf = b
 	u.n++
-	if len(b) < u.seg {
+	if size < u.seg {
 		u.short = true
 	}
 }
