@@ -822,6 +822,11 @@ func (qp *QP) flush(s *reqState) {
 	s.reads = 0
 	s.erred = true
 	for qp.sqr.Pending() {
+		// A WQE posted after a move to RESET (seen above) belongs to the
+		// next connection: the reset happened before it, so this sees it.
+		if _, _, gen := qp.snapshot(); gen != s.gen {
+			return
+		}
 		w, f, err := qp.sqr.Fetch(s.scratch[:])
 		_ = w
 		if err != nil {

@@ -163,6 +163,9 @@ func (qp *QP) respStep(s *respState) {
 	}
 	if st == StateERR {
 		for qp.rqHead() != s.rqCI {
+			if _, _, g := qp.snapshot(); g != gen {
+				break // a receive posted after a move to RESET: the next connection's
+			}
 			qp.rcqe(&cq.Fields{Opcode: cq.OpRespErr, QPN: qp.qpn, WQECounter: s.rqCI, Syndrome: cq.SyndromeWRFlush}, true)
 			s.rqCI++
 		}
