@@ -211,7 +211,7 @@ func (f *Func) RingSQ(qpn uint32) {
 	qp := f.qps[qpn]
 	f.mu.Unlock()
 	if qp != nil {
-		qp.ring()
+		qp.doorbell()
 	}
 }
 

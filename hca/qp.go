@@ -109,6 +109,18 @@ type QP struct {
 	rbell chan struct{}   // receive doorbell, and state changes
 	acks  *mbox[response] // from the peer's responder
 	inbox *mbox[*request] // from the peer's requester
+	// respMu serializes the responder's users: its goroutine and a
+	// requester of this device serving inline (serveInline). It guards
+	// resp and respDone.
+	// reqMu serializes the send engine's users: its goroutine and a
+	// driver's goroutine ringing the doorbell (doorbell). It guards req
+	// and reqDone.
+	reqMu    sync.Mutex
+	req      reqState
+	reqDone  bool // the requester goroutine stopped
+	respMu   sync.Mutex
+	resp     respState
+	respDone bool // the responder goroutine stopped: nothing serves
 	// inService counts this QP's long requests a responder is moving now.
 	// On a wire a long message's packets are acknowledged as they arrive;
 	// here it moves in one step that may outlast the ACK timeout on a
@@ -197,6 +209,8 @@ func (f *Func) createQP(in In) Out {
 		bell: make(chan struct{}, 1), rbell: make(chan struct{}, 1),
 		acks: newMbox[response](inboxSize), inbox: newMbox[*request](inboxSize), stop: make(chan struct{}),
 	}
+	qp.req.timer = time.NewTimer(time.Hour)
+	qp.req.timer.Stop()
 	if flags&QPFlagDBHint != 0 {
 		qp.sqHint = db[8:12]
 		dma.StoreBE32(qp.sqHint, 0)

@@ -29,7 +29,7 @@ type pending struct {
 	rnrRetries int
 }
 
-// reqState is the requester goroutine's own state.
+// reqState is the send engine's state (QP.req, under QP.reqMu).
 type reqState struct {
 	gen      uint64
 	inflight []*pending
@@ -53,21 +53,29 @@ type reqState struct {
 	free    []*pending // retired pending records, for reuse
 }
 
+// requester runs the send engine when nothing else does: after a doorbell
+// the driver's goroutine could not serve inline (doorbell), on answers,
+// and on the timer. It shares the engine's state with doorbell: whoever
+// holds reqMu runs the engine.
 func (qp *QP) requester() {
 	defer qp.wg.Done()
-	s := &reqState{timer: time.NewTimer(time.Hour)}
-	s.timer.Stop()
-	defer s.timer.Stop()
+	s := &qp.req
 	defer func() {
+		qp.reqMu.Lock()
+		qp.reqDone = true
 		for _, p := range s.inflight {
 			p.req.retire()
 		}
+		s.timer.Stop()
+		qp.reqMu.Unlock()
 	}()
 	// The engine polls after work (with the hint set), never before its
 	// first doorbell.
 	awake := false
 	for {
+		qp.reqMu.Lock()
 		if awake && qp.sqHint != nil && qp.dev.poll > 0 && qp.poll(s) {
+			qp.reqMu.Unlock()
 			continue
 		}
 		if qp.sqHint != nil {
@@ -78,16 +86,26 @@ func (qp *QP) requester() {
 			if qp.sqr.Producer() != s.seenPI {
 				dma.StoreBE32(qp.sqHint, 1)
 				qp.stepOut(s)
+				qp.reqMu.Unlock()
 				continue
 			}
 		}
+		qp.reqMu.Unlock()
+		acks, fired := false, false
 		select {
 		case <-qp.stop:
 			return
 		case <-qp.bell:
 		case <-qp.acks.sig:
-			qp.takeAcks(s)
+			acks = true
 		case <-s.timer.C:
+			fired = true
+		}
+		qp.reqMu.Lock()
+		if acks {
+			qp.takeAcks(s)
+		}
+		if fired {
 			s.armed = false
 			qp.onTimer(s)
 		}
@@ -96,7 +114,39 @@ func (qp *QP) requester() {
 		}
 		awake = true
 		qp.stepOut(s)
+		qp.reqMu.Unlock()
 	}
+}
+
+// doorbell is the send doorbell. When the engine is idle it runs on the
+// ringing goroutine, as far as the work goes without waiting: it fetches
+// and executes what was posted, and when the peer's responder served the
+// requests inline too (Fabric.send), takes their answers and completes.
+// A busy engine is woken instead, and so is a polling one.
+func (qp *QP) doorbell() {
+	// A polling engine (Options.Poll) runs on its goroutine, which then
+	// watches the send counter so that the next posts need no doorbell.
+	if qp.sqHint != nil && qp.dev.poll > 0 || !qp.reqMu.TryLock() {
+		qp.ring()
+		return
+	}
+	defer qp.reqMu.Unlock()
+	if qp.reqDone {
+		return
+	}
+	s := &qp.req
+	qp.stepOut(s)
+	for range 4 {
+		select {
+		case <-qp.acks.sig:
+		default:
+			return
+		}
+		qp.takeAcks(s)
+		qp.stepOut(s)
+	}
+	// Still answers coming: the engine goroutine takes the rest.
+	qp.ring()
 }
 
 // poll watches the send counter and the engine's other inputs for

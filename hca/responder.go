@@ -10,7 +10,7 @@ import (
 	"github.com/hcasim/hcasim/sq"
 )
 
-// respState is the responder goroutine's own state.
+// respState is the responder's state (QP.resp, under QP.respMu).
 type respState struct {
 	gen      uint64
 	psnInit  bool
@@ -72,39 +72,85 @@ type atomicResult struct {
 // requester's ACK timeout (QP.inService).
 const longMessage = 64 << 10
 
+// responder serves the inbox and the receive doorbell. It shares the
+// responder's state with requesters that serve this QP inline
+// (serveInline): whoever holds respMu serves.
 func (qp *QP) responder() {
 	defer qp.wg.Done()
-	s := &respState{}
+	s := &qp.resp
 	for {
 		select {
 		case <-qp.stop:
+			qp.respMu.Lock()
+			qp.respDone = true
+			qp.respMu.Unlock()
 			return
 		case <-qp.inbox.sig:
-			s.reqs = qp.inbox.take(s.reqs)
-			for i, r := range s.reqs {
-				if r.pkt != nil {
-					qp.servePacket(s, r)
-					r.release()
-					if i%64 == 63 {
-						qp.sendAnswers(s) // a long batch answers as it goes
-					}
-					continue
-				}
-				long := r.length >= longMessage
-				if long {
-					r.from.inService.Add(1)
-				}
-				qp.serve(s, r)
-				if long {
-					r.from.inService.Add(-1)
-				}
-				r.release()
-			}
-			qp.sendAnswers(s)
+			qp.respMu.Lock()
+			qp.serveInbox(s)
+			qp.respStep(s)
+			qp.respMu.Unlock()
 		case <-qp.rbell:
+			qp.respMu.Lock()
+			qp.respStep(s)
+			qp.respMu.Unlock()
 		}
-		qp.respStep(s)
 	}
+}
+
+// serveInline serves reqs on the calling goroutine (a requester of this
+// device) when the responder is idle, as a NIC's loopback path does: the
+// messages queued before them first, then reqs, then their answers. It
+// reports false, having taken nothing, when the responder is busy; the
+// caller queues reqs in the inbox then.
+func (qp *QP) serveInline(reqs []*request) bool {
+	if !qp.respMu.TryLock() {
+		return false
+	}
+	defer qp.respMu.Unlock()
+	if qp.respDone {
+		// Stopped: nothing serves any more, as for a full inbox.
+		for _, r := range reqs {
+			r.release()
+		}
+		return true
+	}
+	s := &qp.resp
+	qp.serveInbox(s)
+	qp.serveBatch(s, reqs)
+	qp.respStep(s)
+	return true
+}
+
+// serveInbox serves what the inbox holds. The caller holds respMu.
+func (qp *QP) serveInbox(s *respState) {
+	s.reqs = qp.inbox.take(s.reqs)
+	qp.serveBatch(s, s.reqs)
+}
+
+// serveBatch serves reqs in order, releasing each, and sends the answers.
+// The caller holds respMu.
+func (qp *QP) serveBatch(s *respState, reqs []*request) {
+	for i, r := range reqs {
+		if r.pkt != nil {
+			qp.servePacket(s, r)
+			r.release()
+			if i%64 == 63 {
+				qp.sendAnswers(s) // a long batch answers as it goes
+			}
+			continue
+		}
+		long := r.length >= longMessage
+		if long {
+			r.from.inService.Add(1)
+		}
+		qp.serve(s, r)
+		if long {
+			r.from.inService.Add(-1)
+		}
+		r.release()
+	}
+	qp.sendAnswers(s)
 }
 
 // answer queues r's answer; answers go back in one batch per requester.

@@ -10,16 +10,19 @@ import (
 	"runtime"
 	"runtime/pprof"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/hcasim/hcasim/hca"
 	"github.com/hcasim/hcasim/hca/verbs"
 	"github.com/hcasim/hcasim/t10dif"
+	"golang.org/x/sync/errgroup"
 )
 
 var perfOpts struct {
 	size     *int
 	qd       *int
+	qps      *int
 	duration *time.Duration
 	json     *bool
 	pi       *string
@@ -34,11 +37,12 @@ var perfOpts struct {
 var perfCmd = &command{
 	name:    "perf",
 	summary: "measure RDMA operations over an in-process QP pair (like perftest's ib_write_bw / ib_write_lat)",
-	usage:   "write|read|send [--size N] [--qd N] [--duration D] [--pi none|insert|strip|pass] [--interval 512|4096] [--connect SOCKET [--role both|server|client] [--peer PATH]] [--json]",
+	usage:   "write|read|send [--size N] [--qd N] [--qps N] [--duration D] [--pi none|insert|strip|pass] [--interval 512|4096] [--connect SOCKET [--role both|server|client] [--peer PATH]] [--json]",
 	example: "hcasim perf write --size 64 --qd 32 --duration 3s",
 	flags: func(fs *flag.FlagSet) {
 		perfOpts.size = fs.Int("size", 64, "message size in bytes")
-		perfOpts.qd = fs.Int("qd", 32, "work requests kept outstanding")
+		perfOpts.qd = fs.Int("qd", 32, "work requests kept outstanding (per QP)")
+		perfOpts.qps = fs.Int("qps", 1, "QP pairs, each with its own poster and --qd outstanding (in process, --role both)")
 		perfOpts.duration = fs.Duration("duration", 3*time.Second, "how long to run")
 		perfOpts.json = fs.Bool("json", false, "print only one JSON object (progress goes to standard error)")
 		perfOpts.pi = fs.String("pi", "none", "protection information through a signature key on the data's side: none, insert (memory plain, wire T10-DIF), strip (memory T10-DIF, wire plain) or pass (both)")
@@ -57,6 +61,7 @@ type perfResult struct {
 	Op           string  `json:"op"`
 	Size         int     `json:"size"`
 	QD           int     `json:"qd"`
+	QPs          int     `json:"qps"`
 	PI           string  `json:"pi"`
 	OpsPerSec    float64 `json:"ops_per_sec"`
 	GBytesPerSec float64 `json:"gbytes_per_sec"`
@@ -64,7 +69,8 @@ type perfResult struct {
 		P50 float64 `json:"p50"`
 		P99 float64 `json:"p99"`
 	} `json:"lat_us"`
-	ops int // operations completed
+	ops int             // operations completed
+	lat []time.Duration // post-to-completion samples
 }
 
 func runPerf(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) error {
@@ -105,6 +111,13 @@ func runPerf(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) error {
 	if err := perfCheck(op, size, qd, dur, pi); err != nil {
 		return err
 	}
+	qps := *perfOpts.qps
+	if qps < 1 || qps > 1024 {
+		return fmt.Errorf("--qps %d: want 1..1024", qps)
+	}
+	if qps > 1 && role != "both" {
+		return errors.New("--qps works with --role both: one process plays both sides")
+	}
 	progress := stdout
 	if *perfOpts.json {
 		progress = stderr
@@ -138,7 +151,7 @@ func runPerf(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) error {
 	case "client":
 		res, err = perfClient(open, peer, op, size, qd, dur, &pi, progress)
 	default:
-		res, err = perfRun(open, perfOps[op], size, qd, dur, &pi, progress)
+		res, err = perfRuns(open, perfOps[op], size, qd, qps, dur, &pi, progress)
 	}
 	if err != nil {
 		return err
@@ -340,26 +353,92 @@ func perfSide(open func() (*verbs.Context, error), qd, rq, bufSize int) (*perfEn
 	return e, nil
 }
 
-// perfRun keeps qd operations of size bytes outstanding for dur and
-// measures completions and post-to-completion latency.
-func perfRun(open func() (*verbs.Context, error), op verbs.WROpcode, size, qd int, dur time.Duration, pi *perfPI, progress io.Writer) (*perfResult, error) {
+// perfRuns runs qps QP pairs at once, each keeping qd operations of size
+// bytes outstanding for dur from its own goroutine, and sums their
+// completions (latency samples merged). Progress is printed for one pair.
+func perfRuns(open func() (*verbs.Context, error), op verbs.WROpcode, size, qd, qps int, dur time.Duration, pi *perfPI, progress io.Writer) (*perfResult, error) {
+	var sides []*perfEnd
+	defer func() {
+		for _, e := range sides {
+			e.ctx.Close()
+		}
+	}()
+	loops := make([]func(io.Writer) (*perfResult, error), qps)
+	for i := range loops {
+		a, b, err := perfPair(open, qd, size)
+		if a != nil {
+			sides = append(sides, a)
+		}
+		if b != nil {
+			sides = append(sides, b)
+		}
+		if err != nil {
+			return nil, err
+		}
+		if loops[i], err = perfSetup(a, b, op, size, qd, dur, pi); err != nil {
+			return nil, err
+		}
+	}
+	perfLoops.Store(int64(qps))
+	defer perfLoops.Store(1)
+	if qps == 1 {
+		return loops[0](progress)
+	}
+	res := make([]*perfResult, qps)
+	var g errgroup.Group
+	for i, loop := range loops {
+		out := io.Discard
+		if i == 0 {
+			out = progress
+		}
+		g.Go(func() (err error) {
+			res[i], err = loop(out)
+			return err
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return nil, err
+	}
+	sum := &perfResult{Size: size, QD: qd, QPs: qps, PI: pi.mode}
+	for _, r := range res {
+		sum.ops += r.ops
+		sum.OpsPerSec += r.OpsPerSec
+		sum.lat = append(sum.lat, r.lat...)
+	}
+	sum.GBytesPerSec = sum.OpsPerSec * float64(size) / 1e9
+	sum.percentiles()
+	return sum, nil
+}
+
+// perfLatSamples bounds the latency samples a run keeps, shared by its
+// loops (perfLoops of them).
+const perfLatSamples = 1 << 20
+
+var perfLoops = func() *atomic.Int64 { var n atomic.Int64; n.Store(1); return &n }()
+
+// perfPair opens two sides for size-byte operations at qd and connects
+// their QPs. The sides it returns are to be closed even with an error.
+func perfPair(open func() (*verbs.Context, error), qd, size int) (a, b *perfEnd, err error) {
 	bufSize := perfBufSize(size)
-	a, err := perfSide(open, qd, qd, bufSize)
-	if err != nil {
-		return nil, err
+	if a, err = perfSide(open, qd, qd, bufSize); err != nil {
+		return nil, nil, err
 	}
-	defer a.ctx.Close()
-	b, err := perfSide(open, qd, qd, bufSize)
-	if err != nil {
-		return nil, err
+	if b, err = perfSide(open, qd, qd, bufSize); err != nil {
+		return a, nil, err
 	}
-	defer b.ctx.Close()
 	if err := a.qp.Connect(b.qp.Info(), nil); err != nil {
-		return nil, err
+		return a, b, err
 	}
 	if err := b.qp.Connect(a.qp.Info(), nil); err != nil {
-		return nil, err
+		return a, b, err
 	}
+	return a, b, nil
+}
+
+// perfSetup prepares the run of a's QP against b's (receives for SENDs, a
+// signature key for PI) and returns the loop that runs it.
+func perfSetup(a, b *perfEnd, op verbs.WROpcode, size, qd int, dur time.Duration, pi *perfPI) (func(io.Writer) (*perfResult, error), error) {
+	var err error
 	var recv *perfRecv
 	if op == verbs.WRSend {
 		recv = &perfRecv{e: b, size: size, wcs: make([]verbs.WC, qd)}
@@ -389,7 +468,9 @@ func perfRun(open func() (*verbs.Context, error), op verbs.WROpcode, size, qd in
 	if recv != nil {
 		each = recv.repost
 	}
-	return perfLoop(a, wr, size, qd, dur, pi.mode, each, progress)
+	return func(progress io.Writer) (*perfResult, error) {
+		return perfLoop(a, wr, size, qd, dur, pi.mode, each, progress)
+	}, nil
 }
 
 // perfRecv keeps a side's receive queue stocked for SENDs.
@@ -429,7 +510,7 @@ func (r *perfRecv) repost() error {
 // per turn of the loop.
 func perfLoop(a *perfEnd, wr verbs.SendWR, size, qd int, dur time.Duration, piMode string, each func() error, progress io.Writer) (*perfResult, error) {
 	posted := make([]time.Time, qd)
-	lat := make([]time.Duration, 0, 1<<20)
+	lat := make([]time.Duration, 0, perfLatSamples/perfLoops.Load())
 	wcs := make([]verbs.WC, qd)
 	batch := make([]verbs.SendWR, 0, qd)
 	start := time.Now()
@@ -491,13 +572,18 @@ func perfLoop(a *perfEnd, wr verbs.SendWR, size, qd int, dur time.Duration, piMo
 		}
 	}
 	el := time.Since(start).Seconds()
-	r := &perfResult{Size: size, QD: qd, PI: piMode, ops: done}
+	r := &perfResult{Size: size, QD: qd, QPs: 1, PI: piMode, ops: done, lat: lat}
 	r.OpsPerSec = float64(done) / el
 	r.GBytesPerSec = r.OpsPerSec * float64(size) / 1e9
-	if len(lat) > 0 {
-		slices.Sort(lat)
-		r.LatUS.P50 = float64(lat[len(lat)/2]) / 1e3
-		r.LatUS.P99 = float64(lat[len(lat)*99/100]) / 1e3
-	}
+	r.percentiles()
 	return r, nil
+}
+
+// percentiles sets the latency figures from the samples.
+func (r *perfResult) percentiles() {
+	if len(r.lat) > 0 {
+		slices.Sort(r.lat)
+		r.LatUS.P50 = float64(r.lat[len(r.lat)/2]) / 1e3
+		r.LatUS.P99 = float64(r.lat[len(r.lat)*99/100]) / 1e3
+	}
 }

@@ -4,9 +4,12 @@ import (
 	"fmt"
 	"runtime"
 	"testing"
+	"time"
 
 	"github.com/hcasim/hcasim/hca"
 	"github.com/hcasim/hcasim/hca/verbs"
+	"golang.org/x/sync/errgroup"
+	"golang.org/x/sys/unix"
 )
 
 // BenchmarkWrite keeps qd RDMA WRITEs of size bytes outstanding between
@@ -16,63 +19,150 @@ func BenchmarkWrite(b *testing.B) {
 		b.Run(fmt.Sprintf("size=%d/qd=%d", c.size, c.qd), func(b *testing.B) {
 			dev := hca.New(hca.Options{})
 			defer dev.Close()
-			mk := func() *side {
-				ctx, err := verbs.Open(dev)
-				if err != nil {
-					b.Fatal(err)
-				}
-				s := &side{ctx: ctx}
-				s.pd, _ = ctx.AllocPD()
-				s.cq, _ = ctx.CreateCQ(2*c.qd+8, nil)
-				s.qp, err = s.pd.CreateQP(&verbs.QPInitAttr{SendCQ: s.cq, RecvCQ: s.cq, Cap: verbs.QPCap{MaxSendWR: c.qd, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1}})
-				if err != nil {
-					b.Fatal(err)
-				}
-				s.buf, _ = ctx.Alloc(c.size)
-				s.mr, err = s.pd.RegMR(s.buf, verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
-				if err != nil {
-					b.Fatal(err)
-				}
-				return s
-			}
-			a, r := mk(), mk()
-			defer a.ctx.Close()
-			defer r.ctx.Close()
-			if err := a.qp.Connect(r.qp.Info(), nil); err != nil {
-				b.Fatal(err)
-			}
-			if err := r.qp.Connect(a.qp.Info(), nil); err != nil {
-				b.Fatal(err)
-			}
-			wr := verbs.SendWR{Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled, SG: []verbs.SGE{a.mr.SGE(0, c.size)}, RemoteAddr: r.mr.Addr, RKey: r.mr.RKey}
-			batch := make([]verbs.SendWR, c.qd)
-			for i := range batch {
-				batch[i] = wr
-			}
-			wcs := make([]verbs.WC, c.qd)
+			a, r := benchPair(b, dev, c.qd, c.size)
 			b.SetBytes(int64(c.size))
 			b.ResetTimer()
-			outstanding, posted, done := 0, 0, 0
-			for done < b.N {
-				if k := min(c.qd-outstanding, b.N-posted); k > 0 {
-					if _, err := a.qp.PostSend(batch[:k]); err != nil {
-						b.Fatal(err)
-					}
-					outstanding += k
-					posted += k
-				}
-				n, _ := a.cq.Poll(wcs)
-				if n == 0 {
-					runtime.Gosched()
-				}
-				for _, wc := range wcs[:n] {
-					if wc.Status != verbs.WCSuccess {
-						b.Fatal(wc.Status)
-					}
-				}
-				outstanding -= n
-				done += n
+			if err := benchWrites(a, r, c.qd, c.size, b.N); err != nil {
+				b.Fatal(err)
 			}
 		})
 	}
+}
+
+// BenchmarkWriteQPs: qps QP pairs of one device, each kept at QD 32 with
+// 4 KiB WRITEs by its own goroutine; ns/op is per completed WRITE of all
+// of them (issue 13's scale goal: 64 pairs ≥ 0.8× the throughput of one).
+func BenchmarkWriteQPs(b *testing.B) {
+	const qd, size = 32, 4096
+	for _, qps := range []int{1, 8, 64} {
+		b.Run(fmt.Sprintf("qps=%d", qps), func(b *testing.B) {
+			dev := hca.New(hca.Options{})
+			defer dev.Close()
+			pairs := make([][2]*side, qps)
+			for i := range pairs {
+				a, r := benchPair(b, dev, qd, size)
+				defer a.ctx.Close()
+				defer r.ctx.Close()
+				pairs[i] = [2]*side{a, r}
+			}
+			b.SetBytes(size)
+			b.ResetTimer()
+			var g errgroup.Group
+			for i, p := range pairs {
+				// b.N WRITEs in all, spread over the pairs.
+				n := b.N / qps
+				if i < b.N%qps {
+					n++
+				}
+				g.Go(func() error { return benchWrites(p[0], p[1], qd, size, n) })
+			}
+			if err := g.Wait(); err != nil {
+				b.Fatal(err)
+			}
+		})
+	}
+}
+
+// BenchmarkIdleQPs: 1,000 QPs (500 connected pairs, each of which has
+// moved one WRITE) cost no CPU while idle: it reports the process's CPU
+// time per second of wall time with the QPs idle, with the send engine
+// sleeping at once and with it polling after work (Options.Poll, as the
+// daemon does), beside the same with no QPs (the benchmark's own cost).
+func BenchmarkIdleQPs(b *testing.B) {
+	for _, c := range []struct {
+		qps  int
+		poll time.Duration
+	}{{0, 0}, {1000, 0}, {1000, 50 * time.Microsecond}} {
+		b.Run(fmt.Sprintf("qps=%d/poll=%v", c.qps, c.poll), func(b *testing.B) {
+			dev := hca.New(hca.Options{Poll: c.poll})
+			defer dev.Close()
+			for range c.qps / 2 {
+				a, r := benchPair(b, dev, 1, 64)
+				defer a.ctx.Close()
+				defer r.ctx.Close()
+				if err := benchWrites(a, r, 1, 64, 1); err != nil {
+					b.Fatal(err)
+				}
+			}
+			time.Sleep(100 * time.Millisecond) // polling and ACK timers run out
+			c0, t0 := cpuTime(b), time.Now()
+			for b.Loop() {
+				time.Sleep(10 * time.Millisecond)
+			}
+			b.ReportMetric(float64(cpuTime(b)-c0)/float64(time.Since(t0)), "cpu/wall")
+		})
+	}
+}
+
+// cpuTime returns the process's user and system CPU time.
+func cpuTime(b *testing.B) time.Duration {
+	var ru unix.Rusage
+	if err := unix.Getrusage(unix.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// benchPair returns two connected sides of dev for WRITEs of size bytes
+// at qd.
+func benchPair(b *testing.B, dev *hca.Device, qd, size int) (*side, *side) {
+	mk := func() *side {
+		ctx, err := verbs.Open(dev)
+		if err != nil {
+			b.Fatal(err)
+		}
+		s := &side{ctx: ctx}
+		s.pd, _ = ctx.AllocPD()
+		s.cq, _ = ctx.CreateCQ(2*qd+8, nil)
+		s.qp, err = s.pd.CreateQP(&verbs.QPInitAttr{SendCQ: s.cq, RecvCQ: s.cq, Cap: verbs.QPCap{MaxSendWR: qd, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		s.buf, _ = ctx.Alloc(size)
+		s.mr, err = s.pd.RegMR(s.buf, verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return s
+	}
+	a, r := mk(), mk()
+	if err := a.qp.Connect(r.qp.Info(), nil); err != nil {
+		b.Fatal(err)
+	}
+	if err := r.qp.Connect(a.qp.Info(), nil); err != nil {
+		b.Fatal(err)
+	}
+	return a, r
+}
+
+// benchWrites moves n WRITEs of size bytes from a to r, qd outstanding.
+func benchWrites(a, r *side, qd, size, n int) error {
+	wr := verbs.SendWR{Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled, SG: []verbs.SGE{a.mr.SGE(0, size)}, RemoteAddr: r.mr.Addr, RKey: r.mr.RKey}
+	batch := make([]verbs.SendWR, qd)
+	for i := range batch {
+		batch[i] = wr
+	}
+	wcs := make([]verbs.WC, qd)
+	outstanding, posted, done := 0, 0, 0
+	for done < n {
+		if k := min(qd-outstanding, n-posted); k > 0 {
+			if _, err := a.qp.PostSend(batch[:k]); err != nil {
+				return err
+			}
+			outstanding += k
+			posted += k
+		}
+		k, _ := a.cq.Poll(wcs)
+		if k == 0 {
+			runtime.Gosched()
+		}
+		for _, wc := range wcs[:k] {
+			if wc.Status != verbs.WCSuccess {
+				return fmt.Errorf("WRITE completion %v", wc.Status)
+			}
+		}
+		outstanding -= k
+		done += k
+	}
+	return nil
 }
