@@ -134,12 +134,14 @@ func (qp *QP) doorbell() {
 	if qp.reqDone {
 		return
 	}
+	// Answers of a peer served inline come back while this runs: they are
+	// taken here, without waking the engine's goroutine.
+	qp.acks.hush()
+	defer qp.acks.unhush()
 	s := &qp.req
 	qp.stepOut(s)
 	for range 4 {
-		select {
-		case <-qp.acks.sig:
-		default:
+		if !qp.acks.pending() {
 			return
 		}
 		qp.takeAcks(s)

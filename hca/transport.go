@@ -303,6 +303,9 @@ type mbox[T any] struct {
 	items []T
 	sig   chan struct{}
 	limit int
+	// quiet: the consumer is running and looks at the items itself
+	// before it stops (hush, unhush), so put need not wake it.
+	quiet atomic.Bool
 }
 
 func newMbox[T any](limit int) *mbox[T] {
@@ -322,11 +325,37 @@ func (m *mbox[T]) put(items ...T) int {
 		m.items = append(m.items, items[:n]...)
 	}
 	m.mu.Unlock()
+	if !m.quiet.Load() {
+		m.wake()
+	}
+	return max(n, 0)
+}
+
+func (m *mbox[T]) wake() {
 	select {
 	case m.sig <- struct{}{}:
 	default:
 	}
-	return max(n, 0)
+}
+
+// hush tells producers that the consumer is running and will look at
+// the items (pending) before unhush.
+func (m *mbox[T]) hush() { m.quiet.Store(true) }
+
+// unhush ends hush, waking the consumer for items that came meanwhile: a
+// put that saw quiet appended before this store, so they are seen here.
+func (m *mbox[T]) unhush() {
+	m.quiet.Store(false)
+	if m.pending() {
+		m.wake()
+	}
+}
+
+// pending reports whether items are queued.
+func (m *mbox[T]) pending() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.items) > 0
 }
 
 // take returns the queued items and keeps buf (emptied) as the next
