@@ -99,6 +99,7 @@ type QP struct {
 	rqStride uint8
 
 	mu        sync.Mutex
+	snap      atomic.Pointer[qpSnap] // state, attr and resetGen as last published (publish)
 	state     QPState
 	attr      qpAttr
 	drained   bool   // SQ_DRAINED reported for the current SQD
@@ -130,6 +131,19 @@ type QP struct {
 	stop      chan struct{}
 	wg        sync.WaitGroup
 	closed    bool
+}
+
+// qpSnap is a QP's state as the engines read it without a lock.
+type qpSnap struct {
+	state QPState
+	attr  qpAttr
+	gen   uint64
+}
+
+// publish makes the QP's state, attributes and reset generation what
+// snapshot returns. The caller holds mu and calls it after every change.
+func (qp *QP) publish() {
+	qp.snap.Store(&qpSnap{state: qp.state, attr: qp.attr, gen: qp.resetGen})
 }
 
 // qpAttr is the QP context set by the modify commands.
@@ -209,6 +223,7 @@ func (f *Func) createQP(in In) Out {
 		bell: make(chan struct{}, 1), rbell: make(chan struct{}, 1),
 		acks: newMbox[response](inboxSize), inbox: newMbox[*request](inboxSize), stop: make(chan struct{}),
 	}
+	qp.publish()
 	qp.req.timer = time.NewTimer(time.Hour)
 	qp.req.timer.Stop()
 	if flags&QPFlagDBHint != 0 {
@@ -253,6 +268,7 @@ func (qp *QP) destroy() {
 	}
 	qp.closed = true
 	qp.state = StateERR
+	qp.publish()
 	qp.mu.Unlock()
 	close(qp.stop)
 	qp.wg.Wait()
@@ -332,6 +348,7 @@ func (f *Func) modifyQP(op uint16, in In) Out {
 		qp.sigErr.Store(false)
 	}
 	qp.state = to
+	qp.publish()
 	qp.mu.Unlock()
 	if to == StateRST {
 		qp.reset()
@@ -345,6 +362,7 @@ func (f *Func) modifyQP(op uint16, in In) Out {
 func (qp *QP) reset() {
 	qp.mu.Lock()
 	qp.resetGen++
+	qp.publish()
 	qp.mu.Unlock()
 }
 
@@ -382,6 +400,7 @@ func (qp *QP) toError() {
 	changed := qp.state != StateERR && qp.state != StateRST
 	if changed {
 		qp.state = StateERR
+		qp.publish()
 	}
 	qp.mu.Unlock()
 	if changed {

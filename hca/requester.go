@@ -232,10 +232,11 @@ func (qp *QP) flushOut(s *reqState) {
 	}
 }
 
+// snapshot returns the QP's published state, attributes and reset
+// generation (publish): one atomic load, no lock.
 func (qp *QP) snapshot() (QPState, qpAttr, uint64) {
-	qp.mu.Lock()
-	defer qp.mu.Unlock()
-	return qp.state, qp.attr, qp.resetGen
+	p := qp.snap.Load()
+	return p.state, p.attr, p.gen
 }
 
 // step fetches and executes what the state allows and completes what is done.
@@ -305,6 +306,7 @@ func (qp *QP) fetch(s *reqState, a *qpAttr) (blocked bool) {
 			qp.mu.Lock()
 			if qp.state == StateRTS {
 				qp.state, qp.drained = StateSQD, false
+				qp.publish()
 			}
 			qp.mu.Unlock()
 			return false
