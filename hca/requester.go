@@ -360,7 +360,7 @@ func (qp *QP) execute(s *reqState, a *qpAttr, p *pending, w []byte, f *sq.CtrlFi
 	case sq.OpSend, sq.OpSendImm, sq.OpSendInval:
 		req = newRequest()
 		req.op, req.imm, req.solicited = f.Opcode, f.Imm, f.SE
-		req.src, req.length, req.srcSig, synd = qp.gather(req.segArr[:0], segs, klm.LocalRead)
+		req.src, req.length, req.srcSig, synd = qp.gather(req.segsFor(), segs, klm.LocalRead, &req.sigArr)
 	case sq.OpRDMAWrite, sq.OpRDMAWriteImm:
 		if len(segs) < sq.RaddrSegSize {
 			synd = cq.SyndromeLocalQPOp
@@ -369,7 +369,7 @@ func (qp *QP) execute(s *reqState, a *qpAttr, p *pending, w []byte, f *sq.CtrlFi
 		r := sq.RaddrSeg(segs).Fields()
 		req = newRequest()
 		req.op, req.raddr, req.rkey, req.imm, req.solicited = f.Opcode, r.Addr, klm.Key(r.RKey), f.Imm, f.SE
-		req.src, req.length, req.srcSig, synd = qp.gather(req.segArr[:0], segs[sq.RaddrSegSize:], klm.LocalRead)
+		req.src, req.length, req.srcSig, synd = qp.gather(req.segsFor(), segs[sq.RaddrSegSize:], klm.LocalRead, &req.sigArr)
 	case sq.OpRDMARead:
 		if len(segs) < sq.RaddrSegSize {
 			synd = cq.SyndromeLocalQPOp
@@ -378,7 +378,7 @@ func (qp *QP) execute(s *reqState, a *qpAttr, p *pending, w []byte, f *sq.CtrlFi
 		r := sq.RaddrSeg(segs).Fields()
 		req = newRequest()
 		req.op, req.raddr, req.rkey = f.Opcode, r.Addr, klm.Key(r.RKey)
-		req.dst, req.length, req.dstSig, synd = qp.gather(req.segArr[:0], segs[sq.RaddrSegSize:], klm.LocalWrite)
+		req.dst, req.length, req.dstSig, synd = qp.gather(req.segsFor(), segs[sq.RaddrSegSize:], klm.LocalWrite, &req.sigArr)
 		p.readAtomic = true
 	case sq.OpAtomicCS, sq.OpAtomicFA:
 		if len(segs) < sq.RaddrSegSize+sq.AtomicSize {
@@ -390,7 +390,7 @@ func (qp *QP) execute(s *reqState, a *qpAttr, p *pending, w []byte, f *sq.CtrlFi
 		req = newRequest()
 		req.op, req.raddr, req.rkey, req.swapAdd, req.compare = f.Opcode, r.Addr, klm.Key(r.RKey), at.SwapAdd, at.Compare
 		var sa *sigAccess
-		req.dst, req.length, sa, synd = qp.gather(req.segArr[:0], segs[sq.RaddrSegSize+sq.AtomicSize:], klm.LocalWrite)
+		req.dst, req.length, sa, synd = qp.gather(req.segsFor(), segs[sq.RaddrSegSize+sq.AtomicSize:], klm.LocalWrite, &req.sigArr)
 		switch {
 		case synd == 0 && sa != nil:
 			synd = cq.SyndromeLocalProt // no atomics through a signature key
@@ -412,6 +412,8 @@ func (qp *QP) execute(s *reqState, a *qpAttr, p *pending, w []byte, f *sq.CtrlFi
 		p.done = true
 		return
 	}
+	req.keepSegs(req.src)
+	req.keepSegs(req.dst)
 	req.from, req.psn = qp, s.nextPSN
 	req.npkts = packets(req.op, req.length, a.mtu())
 	req.rdNext = req.psn
@@ -440,7 +442,7 @@ func (qp *QP) armTimer(s *reqState, d time.Duration, rnr bool) {
 // gather resolves data segments (or inline data) into memory segments with
 // the given local access. A signature key must be the only segment; its
 // segments are then its memory domain, and sa carries the transform.
-func (qp *QP) gather(out [][]byte, segs []byte, need klm.Access) (_ [][]byte, total uint64, sa *sigAccess, synd cq.Syndrome) {
+func (qp *QP) gather(out [][]byte, segs []byte, need klm.Access, into *sigAccess) (_ [][]byte, total uint64, sa *sigAccess, synd cq.Syndrome) {
 	n := 0
 	for len(segs) >= sq.SegSize {
 		w := binary.BigEndian.Uint32(segs)
@@ -462,7 +464,7 @@ func (qp *QP) gather(out [][]byte, segs []byte, need klm.Access) (_ [][]byte, to
 		}
 		var s *sigAccess
 		var err error
-		out, s, err = qp.resolveKey(out, klm.Key(d.LKey), d.Addr, uint64(d.ByteCount), need, need == klm.LocalRead)
+		out, s, err = qp.resolveKey(out, klm.Key(d.LKey), d.Addr, uint64(d.ByteCount), need, need == klm.LocalRead, into)
 		if err != nil {
 			return nil, 0, nil, cq.SyndromeLocalProt
 		}

@@ -20,6 +20,7 @@ type respState struct {
 	reqs     []*request
 	answers  []response // answers to the requester of ansTo, sent per batch
 	segs     [][]byte   // scratch for the local side of a request's data
+	sig      sigAccess  // scratch for the local side's signature access
 	ansTo    *QP        // the batch's requester (nil: the wire)
 	ansOn    bool       // answers holds a batch
 	asm      assembly   // the wire: the message being assembled
@@ -363,7 +364,7 @@ func (qp *QP) scatter(list []sq.DataFields, n uint64) ([][]byte, *sigAccess, cq.
 		take := min(uint64(d.ByteCount), n)
 		var s *sigAccess
 		var err error
-		out, s, err = qp.resolveKey(out, klm.Key(d.LKey), d.Addr, take, klm.LocalWrite, false)
+		out, s, err = qp.resolveKey(out, klm.Key(d.LKey), d.Addr, take, klm.LocalWrite, false, nil)
 		if err != nil {
 			return nil, nil, cq.SyndromeLocalProt
 		}
@@ -441,7 +442,7 @@ func (qp *QP) serveWrite(s *respState, r *request, a *qpAttr) respKind {
 		}
 	}
 	if r.length > 0 { // a zero-length WRITE does not validate its R_Key (IBA C9-88)
-		dst, dsig, err := qp.resolveKey(s.segs[:0], r.rkey, r.raddr, r.length, klm.RemoteWrite, false)
+		dst, dsig, err := qp.resolveKey(s.segs[:0], r.rkey, r.raddr, r.length, klm.RemoteWrite, false, &s.sig)
 		if err != nil {
 			s.segs = scrub(s.segs)
 			return respAccess
@@ -468,7 +469,7 @@ func (qp *QP) serveRead(s *respState, r *request, a *qpAttr) respKind {
 	if r.length == 0 { // nor does a zero-length READ
 		return respACK
 	}
-	src, ssig, err := qp.resolveKey(s.segs[:0], r.rkey, r.raddr, r.length, klm.RemoteRead, true)
+	src, ssig, err := qp.resolveKey(s.segs[:0], r.rkey, r.raddr, r.length, klm.RemoteRead, true, &s.sig)
 	if err != nil {
 		s.segs = scrub(s.segs)
 		return respAccess
@@ -491,7 +492,7 @@ func (qp *QP) serveAtomic(s *respState, r *request, a *qpAttr) respKind {
 	if r.raddr%8 != 0 {
 		return respInvalid
 	}
-	segs, _, err := qp.resolveKey(nil, r.rkey, r.raddr, 8, klm.Atomic, false)
+	segs, _, err := qp.resolveKey(nil, r.rkey, r.raddr, 8, klm.Atomic, false, nil)
 	if err != nil {
 		return respAccess
 	}

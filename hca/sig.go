@@ -20,9 +20,10 @@ type sigAccess struct {
 	toWire bool   // data leaves memory (a gather) or enters it (a scatter)
 	fn     *Func
 	key    klm.Key
-	expect uint8 // the mkey's expected_sigerr_count bit when resolved
-	qp     *QP   // the QP whose send CQ gets the signature error CQE
-	own    bool  // the access is one of qp's own WQEs (a local key), not a peer's request
+	expect uint8         // the mkey's expected_sigerr_count bit when resolved
+	qp     *QP           // the QP whose send CQ gets the signature error CQE
+	own    bool          // the access is one of qp's own WQEs (a local key), not a peer's request
+	stream t10dif.Stream // the transform's state while it runs (reused)
 }
 
 // sigState is the device's error state of one signature mkey: the number
@@ -98,7 +99,11 @@ func (f *Func) sigReport(idx uint32, expect uint8) bool {
 // addresses are in its wire domain: the range is mapped to the
 // memory-domain range its translation holds, and the access carries the
 // transform. A signature key cannot serve atomics.
-func (qp *QP) resolveKey(segs [][]byte, key klm.Key, addr, n uint64, need klm.Access, toWire bool) ([][]byte, *sigAccess, error) {
+//
+// A signature access is written into into when it is not nil (storage
+// that lives as long as the access: a request's, the responder's), and
+// allocated otherwise.
+func (qp *QP) resolveKey(segs [][]byte, key klm.Key, addr, n uint64, need klm.Access, toWire bool, into *sigAccess) ([][]byte, *sigAccess, error) {
 	t := qp.fn.mkeys
 	m := t.Lookup(key.Index())
 	if m == nil || !m.BSFEnabled || m.Free || m.Variant != key.Variant() || len(m.BSF) != psv.BSFSize {
@@ -128,7 +133,13 @@ func (qp *QP) resolveKey(segs [][]byte, key klm.Key, addr, n uint64, need klm.Ac
 	if err != nil {
 		return segs, nil, err
 	}
-	return segs, &sigAccess{sig: sig, first: woff / sig.WireBlock(), wlen: n, toWire: toWire, fn: qp.fn, key: key, expect: m.ExpectedSigErr, qp: qp}, nil
+	if into == nil {
+		into = new(sigAccess)
+	}
+	// The stream's memory is kept: Init prepares it again.
+	into.sig, into.first, into.wlen, into.toWire = sig, woff/sig.WireBlock(), n, toWire
+	into.fn, into.key, into.expect, into.qp, into.own = qp.fn, key, m.ExpectedSigErr, qp, false
+	return segs, into, nil
 }
 
 // moveData moves a message of request r from src to dst segments, through
@@ -206,14 +217,14 @@ var errSigStream = errors.New("hca: signature transform failed")
 // report of it is not one either.
 func (sa *sigAccess) run(dst, src [][]byte) (*t10dif.Error, error) {
 	cfg := sa.sig.Config(sa.toWire, sa.first)
-	st, err := t10dif.NewStream(&cfg)
-	if err != nil {
+	st := &sa.stream
+	if err := st.Init(&cfg); err != nil {
 		return nil, fmt.Errorf("%w: %w", errSigStream, err)
 	}
 	if err := pump(st, dst, src); err != nil {
 		return st.FirstError(), fmt.Errorf("%w: %w", errSigStream, err)
 	}
-	err = st.Close()
+	err := st.Close()
 	e := st.FirstError()
 	var pe *t10dif.Error
 	switch {

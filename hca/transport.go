@@ -74,6 +74,10 @@ type request struct {
 	compare   uint64
 	solicited bool
 	segArr    [2][]byte // backing for src or dst of one or two segments
+	// segBuf is a longer backing (a signature key's strided memory domain
+	// gives two segments per block), kept across recycling.
+	segBuf [][]byte
+	sigArr sigAccess // backing for srcSig or dstSig
 
 	// Where the fabric's responder ran the requester's signature transform
 	// (srcSig or dstSig): its first PI error, and whether the transform
@@ -113,6 +117,23 @@ type request struct {
 	refs atomic.Int32
 }
 
+// segsFor returns the backing for the request's own segment list: the
+// longer one it kept from an earlier use, or its two-entry array.
+func (r *request) segsFor() [][]byte {
+	if cap(r.segBuf) > len(r.segArr) {
+		return r.segBuf[:0]
+	}
+	return r.segArr[:0]
+}
+
+// keepSegs keeps segs as the request's longer backing when it outgrew the
+// array.
+func (r *request) keepSegs(segs [][]byte) {
+	if cap(segs) > len(r.segArr) {
+		r.segBuf = segs[:0]
+	}
+}
+
 // requests recycles requests: a steady flow of operations allocates none.
 var requests = sync.Pool{New: func() any { return new(request) }}
 
@@ -132,7 +153,9 @@ func (r *request) release() {
 		if r.pkt != nil {
 			r.pkt.put()
 		}
-		*r = request{}
+		buf := r.segBuf
+		clear(buf[:cap(buf)])
+		*r = request{segBuf: buf[:0]}
 		requests.Put(r)
 	}
 }

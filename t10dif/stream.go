@@ -185,11 +185,22 @@ type Stream struct {
 // the metadata buffers with SetMeta before processing.
 func NewStream(c *Config) (*Stream, error) {
 	s := new(Stream)
-	if err := s.p.init(c); err != nil {
+	if err := s.Init(c); err != nil {
 		return nil, err
 	}
-	s.Reset()
 	return s, nil
+}
+
+// Init prepares s to run c from its start, as NewStream does, in s's own
+// memory: a Stream kept in a longer-lived value runs one access after
+// another without allocating. The metadata buffers are forgotten.
+func (s *Stream) Init(c *Config) error {
+	*s = Stream{}
+	if err := s.p.init(c); err != nil {
+		return err
+	}
+	s.Reset()
+	return nil
 }
 
 // SetMeta gives the metadata buffers of separate domains: in holds the
