@@ -242,7 +242,20 @@ func (sa *sigAccess) run(dst, src [][]byte) (*t10dif.Error, error) {
 // the block left pending).
 func pump(st *t10dif.Stream, dst, src [][]byte) error {
 	var d []byte
-	for _, s := range src {
+	for i := 0; i < len(src); i++ {
+		s := src[i]
+		if i+1 < len(src) {
+			// A strided memory domain: a block's data and its metadata
+			// in two segments, taken in one step when they are.
+			for len(d) == 0 && len(dst) > 0 {
+				d, dst = dst[0], dst[1:]
+			}
+			if nd, ok := st.ProcessBlock(d, s, src[i+1]); ok {
+				d = d[nd:]
+				i++
+				continue
+			}
+		}
 		for len(s) > 0 {
 			for len(d) == 0 && len(dst) > 0 {
 				d, dst = dst[0], dst[1:]

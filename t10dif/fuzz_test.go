@@ -247,3 +247,29 @@ func FuzzApply(f *testing.F) {
 
 var paramSentinels = []error{ErrBadFormat, ErrBadGuard, ErrBadType, ErrBadInterval, ErrBadMetaSize, ErrBadEscape,
 	ErrBadRefMode, ErrBadTag, ErrBadMask, ErrBadLayout, ErrBadLength, ErrShortBuffer, ErrPartialBlock}
+
+// FuzzStreamProcessBlock: blocks handed over as data and metadata apart
+// (ProcessBlock, falling back to Process), with the output in the
+// fuzzer's pieces, give what Apply gives.
+func FuzzStreamProcessBlock(f *testing.F) {
+	f.Add([]byte{}, []byte{}, uint16(0))
+	f.Add([]byte{3, 1, 4, 1, 5, 9, 2, 6}, []byte("data"), uint16(4104))
+	f.Fuzz(func(t *testing.T, cfg, data []byte, outPiece uint16) {
+		ch := &byteChooser{b: cfg}
+		c, n := genConfig(ch, 2048)
+		if !c.In.HasPI() || c.In.Separate {
+			return
+		}
+		src := buildInput(ch, &c, fuzzData(data, n))
+		want := modelApply(&c, src)
+		sd := outBufs(want)
+		whole := 0
+		sn, serr := streamBlocks(t, &c, sd, src, fixedPieces(max(int(outPiece), 1)), &whole)
+		if msg := sameErr(serr, want.err); msg != "" {
+			t.Fatalf("%s: %s", describe(&c, len(src.Data)), msg)
+		}
+		if msg := compareOut(want, sd, sn); msg != "" {
+			t.Fatalf("%s: %s", describe(&c, len(src.Data)), msg)
+		}
+	})
+}

@@ -512,6 +512,54 @@ func (s *Stream) nextOut() {
 	s.outG.reset(s.p.out.guard, s.p.out.seed)
 }
 
+// ProcessBlock processes one whole input block of interleaved PI whose
+// data and metadata arrive apart (a strided memory domain gives them as
+// two segments): data holds the block's data, meta its metadata. It does
+// so in one step when the stream is at a block boundary, the input and
+// output blocks have the same data size, and dst (unused with Discard)
+// holds the whole output block; it returns the bytes written to dst. It
+// reports false, having done nothing, otherwise: Process then takes data
+// and meta as two pieces, with the same result.
+func (s *Stream) ProcessBlock(dst, data, meta []byte) (nDst int, ok bool) {
+	p := &s.p
+	in, out := &p.in, &p.out
+	if !in.pi || in.separate || p.blocks != in.interval || len(data) != in.interval || len(meta) != in.meta ||
+		s.inData != 0 || s.inMetaN != 0 || s.outData != 0 || s.outReady {
+		return 0, false
+	}
+	outUnit := in.interval
+	var outMeta []byte
+	switch {
+	case p.discard:
+		outUnit = 0
+	case out.pi && out.separate:
+		if blocksLeft(len(s.metaOut), out.meta, s.outBlk) == 0 || len(dst) < in.interval {
+			return 0, false
+		}
+		outMeta = s.metaOut[s.outBlk*uint64(out.meta):][:out.meta]
+	case out.pi:
+		outUnit = out.unit
+		if len(dst) < outUnit {
+			return 0, false
+		}
+		outMeta = dst[in.interval:outUnit]
+	case len(dst) < outUnit:
+		return 0, false
+	}
+	if p.discard {
+		s.data(nil, data)
+	} else {
+		s.data(dst[:in.interval], data)
+	}
+	s.finishIn(meta)
+	s.lastIn, s.lastInSt = meta, false
+	if out.pi {
+		s.buildOut(outMeta, meta)
+		s.nextOut()
+	}
+	return outUnit, true
+}
+
 // blocks processes whole blocks while both src and dst hold one, with every
 // cursor at a block boundary. It returns the bytes written and consumed.
 func (s *Stream) blocks(dst, src []byte) (nDst, nSrc int, err error) {

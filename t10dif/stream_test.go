@@ -7,6 +7,8 @@ import (
 	"math/rand/v2"
 	"slices"
 	"testing"
+
+	"github.com/stretchr/testify/require"
 )
 
 // pieces yields successive piece sizes (each at least 1).
@@ -428,4 +430,106 @@ func TestStreamNoProgress(t *testing.T) {
 			}
 		}
 	}
+}
+
+// streamBlocks runs c over src the way a strided memory domain hands it
+// over: each input block's data and metadata as two pieces, through
+// ProcessBlock where it takes them and Process where it does not, with
+// the output offered in pieces.
+func streamBlocks(t *testing.T, c *Config, dst, src Buf, out pieces, whole *int) (int, error) {
+	t.Helper()
+	s, err := NewStream(c)
+	require.NoError(t, err)
+	s.SetMeta(src.Meta, dst.Meta)
+	unit := c.In.BlockSize()
+	op := 0
+	var d []byte
+	next := func() {
+		if len(d) == 0 && !c.Discard {
+			b := min(out(), len(dst.Data)-op)
+			d = dst.Data[op : op+b]
+		}
+	}
+	feed := func(p []byte) error {
+		for iter := 0; len(p) > 0; iter++ {
+			next()
+			nd, ns, err := s.Process(d, p)
+			if err != nil {
+				return err
+			}
+			d, op, p = d[nd:], op+nd, p[ns:]
+			if nd == 0 && ns == 0 && (len(d) > 0 || op == len(dst.Data) || c.Discard) {
+				return nil // the output is full: the caller stops
+			}
+			require.Less(t, iter, 1<<20, "stream does not finish")
+		}
+		return nil
+	}
+	for b := 0; b+unit <= len(src.Data); b += unit {
+		data, meta := src.Data[b:b+c.In.Interval], src.Data[b+c.In.Interval:b+unit]
+		next()
+		if nd, ok := s.ProcessBlock(d, data, meta); ok {
+			d, op = d[nd:], op+nd
+			*whole++
+			continue
+		}
+		if err := feed(data); err != nil {
+			return op, err
+		}
+		if err := feed(meta); err != nil {
+			return op, err
+		}
+	}
+	// Output the last tuple may still owe.
+	for !c.Discard && op < len(dst.Data) {
+		next()
+		nd, _, err := s.Process(d, nil)
+		if err != nil {
+			return op, err
+		}
+		if nd == 0 {
+			break
+		}
+		d, op = d[nd:], op+nd
+	}
+	return op, s.Close()
+}
+
+// TestStreamProcessBlockMatchesApply: a block's data and metadata given
+// apart (ProcessBlock, falling back to Process) give exactly what Apply
+// gives, for interleaved inputs of every geometry.
+func TestStreamProcessBlockMatchesApply(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 9))
+	ch := rngChooser{rng}
+	ran, whole := 0, 0
+	for i := 0; ran < 300 && i < 20000; i++ {
+		c, n := genConfig(ch, 2*4160)
+		if !c.In.HasPI() || c.In.Separate {
+			continue
+		}
+		ran++
+		src := genInput(ch, &c, n)
+		want := modelApply(&c, src)
+		var out pieces
+		switch i % 3 {
+		case 0:
+			out = fixedPieces(1 << 30)
+		case 1:
+			out = randPieces(rng, 5000)
+		default:
+			out = fixedPieces(pick(ch, 1, 7, 520, 4104))
+		}
+		sd := outBufs(want)
+		sn, serr := streamBlocks(t, &c, sd, src, out, &whole)
+		what := fmt.Sprintf("case %d: %s", i, describe(&c, len(src.Data)))
+		if msg := sameErr(serr, want.err); msg != "" {
+			t.Fatalf("%s: %s", what, msg)
+		}
+		if msg := compareOut(want, sd, sn); msg != "" {
+			t.Fatalf("%s: %s", what, msg)
+		}
+	}
+	require.Equal(t, 300, ran, "configurations with interleaved input PI")
+	require.Greater(t, whole, 100, "blocks ProcessBlock took in one step")
+	t.Logf("%d blocks in one step", whole)
 }
