@@ -9,6 +9,8 @@
 //	hcasim demo                          an NVMe-oF-style write and read with PI
 //	hcasim serve [--socket PATH]         the device as a daemon on a Unix socket
 //	hcasim exec -- CMD [ARGS...]         an unmodified libibverbs program on the device
+//	hcasim counters [--socket PATH]      a daemon's port counters
+//	hcasim devinfo [-v] [--connect PATH] the device as ibv_devinfo shows it, with its signature caps
 //
 // Every subcommand answers --help with its usage and an example.
 package main
@@ -31,7 +33,7 @@ type command struct {
 	flags   func(fs *flag.FlagSet)
 }
 
-var commands = []*command{conformCmd, speedCmd, perfCmd, demoCmd, serveCmd, execCmd, countersCmd}
+var commands = []*command{conformCmd, speedCmd, perfCmd, demoCmd, serveCmd, execCmd, countersCmd, devinfoCmd}
 
 // errUsage reports bad arguments; the usage has already been printed.
 var errUsage = errors.New("usage")
