@@ -1,6 +1,7 @@
 package remote
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -199,6 +200,7 @@ type conn struct {
 func (c *conn) serve() {
 	log := c.s.log().With("conn", fmt.Sprintf("%p", c))
 	log.Info("client connected")
+	debug := log.Enabled(context.Background(), slog.LevelDebug)
 	defer func() {
 		c.close()
 		log.Info("client disconnected")
@@ -230,6 +232,9 @@ func (c *conn) serve() {
 			continue
 		}
 		reply, fatal := c.handle(buf[:n], fds)
+		if debug {
+			logMessage(log, buf[:n], reply)
+		}
 		if reply != nil {
 			if err := c.send(reply); err != nil {
 				return
@@ -239,6 +244,28 @@ func (c *conn) serve() {
 			log.Warn("closing the connection after a protocol violation")
 			return
 		}
+	}
+}
+
+// logMessage logs a request and its reply at debug level: HELLO, COMMAND
+// (its opcode and status), MAP_MEM, UNMAP and refusals, not doorbells.
+func logMessage(log *slog.Logger, req, reply []byte) {
+	h, pl, err := Decode(req)
+	if err != nil {
+		return
+	}
+	rh, rpl, _ := Decode(reply)
+	refused := reply != nil && rh.Type == TypeError
+	switch {
+	case h.Type == TypeCommand && !refused:
+		log.Debug("command", "opcode", fmt.Sprintf("%#x", hca.In(pl).Opcode()), "status", hca.Out(rpl).Status())
+	case h.Type == TypeHello || h.Type == TypeMapMem || h.Type == TypeUnmap || refused:
+		attrs := []any{"type", h.Type}
+		if refused {
+			st, reason, _ := parseStatus(rpl)
+			attrs = append(attrs, "refused", st, "reason", reason)
+		}
+		log.Debug("message", attrs...)
 	}
 }
 

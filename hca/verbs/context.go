@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/hcasim/hcasim/hca"
@@ -30,6 +31,9 @@ var (
 	ErrQPState      = errors.New("verbs: QP state does not allow posting")
 	ErrRingFull     = errors.New("verbs: work queue full")
 	ErrInlineTooBig = errors.New("verbs: inline data larger than the QP allows")
+	// ErrDeviceLost is a context whose connection to its device ended
+	// without Close: a socket client whose daemon stopped or died.
+	ErrDeviceLost = errors.New("verbs: lost the device")
 )
 
 // Context is an open device function: the driver instance. It is safe for
@@ -53,6 +57,9 @@ type Context struct {
 	evDone  chan struct{}
 	variant uint8  // key variants handed to new mkeys
 	nextMap uint64 // IOVAs for buffers the driver maps itself
+
+	lostErr atomic.Pointer[error] // why the connection to the device ended
+	lost    chan struct{}         // closed when lostErr is set
 }
 
 type allocation struct {
@@ -73,7 +80,7 @@ func Open(dev *hca.Device) (*Context, error) {
 // New returns a context over a function (in process, or a socket client).
 func New(fn hca.Function) (*Context, error) {
 	c := &Context{fn: fn, qps: map[uint32]*QP{}, cqs: map[uint32]*CQ{}, sigMRs: map[uint32]*MR{},
-		async: make(chan hca.Event, 256), stopEv: make(chan struct{}), evDone: make(chan struct{})}
+		async: make(chan hca.Event, 256), stopEv: make(chan struct{}), evDone: make(chan struct{}), lost: make(chan struct{})}
 	out := hca.Out(fn.Command(hca.NewIn(hca.CmdQueryHCACap, hca.InHeaderSize)))
 	if err := out.Err(hca.CmdQueryHCACap); err != nil {
 		return nil, err
@@ -217,6 +224,7 @@ func (c *Context) events() {
 		case <-c.fn.Events():
 		}
 		evs = c.fn.DrainEvents(evs[:0])
+		c.checkLost()
 		for _, e := range evs {
 			if e.Type == hca.EventCompletion {
 				c.mu.Lock()
@@ -248,6 +256,34 @@ func (c *Context) Close() error {
 	close(c.stopEv)
 	<-c.evDone
 	return c.fn.Close()
+}
+
+// checkLost notices a function whose connection to the device ended (a
+// socket client's reader signals its events when it stops).
+func (c *Context) checkLost() {
+	f, ok := c.fn.(interface{ Err() error })
+	if !ok || c.lostErr.Load() != nil {
+		return
+	}
+	if err := f.Err(); err != nil {
+		err = fmt.Errorf("%w: %w", ErrDeviceLost, err)
+		c.lostErr.Store(&err)
+		close(c.lost)
+	}
+}
+
+// Lost returns a channel that is closed when the connection to the device
+// ends without Close: the daemon of a Dial'd context stopped or died. Err
+// then says why. An in-process context is never lost.
+func (c *Context) Lost() <-chan struct{} { return c.lost }
+
+// Err returns why the connection to the device ended (wrapping
+// ErrDeviceLost), or nil while it is up.
+func (c *Context) Err() error {
+	if p := c.lostErr.Load(); p != nil {
+		return *p
+	}
+	return nil
 }
 
 func (c *Context) errClosed() error {

@@ -219,7 +219,9 @@ func (q *CQ) ReqNotify(solicitedOnly bool) {
 	q.ctx.fn.ArmCQ(q.cqn, w)
 }
 
-// Poll fills wcs with completions and returns how many.
+// Poll fills wcs with completions and returns how many. Once the
+// connection to the device is lost (Context.Err), a poll that finds no
+// completion returns the error: none will come.
 func (q *CQ) Poll(wcs []WC) (int, error) {
 	n := 0
 	q.mu.Lock()
@@ -238,6 +240,11 @@ func (q *CQ) Poll(wcs []WC) (int, error) {
 	}
 	if n > 0 || true {
 		cq.SetConsumerIndex(q.db, q.ci)
+	}
+	if n == 0 {
+		if p := q.ctx.lostErr.Load(); p != nil {
+			return 0, fmt.Errorf("poll cq %d: %w", q.cqn, *p)
+		}
 	}
 	return n, nil
 }

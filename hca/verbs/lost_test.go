@@ -1,0 +1,106 @@
+package verbs_test
+
+import (
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/hcasim/hcasim/hca"
+	"github.com/hcasim/hcasim/hca/remote"
+	"github.com/hcasim/hcasim/hca/verbs"
+)
+
+// A Dial'd context whose daemon goes away is lost: Lost closes, Err says
+// why, and a CQ poll returns the completions already in the ring and then
+// the error, so that a poller waiting for completions does not wait for
+// ever.
+func TestDeviceLost(t *testing.T) {
+	dev := hca.New(hca.Options{})
+	defer dev.Close()
+	path := filepath.Join(t.TempDir(), "d.sock")
+	l, err := remote.Listen(path)
+	require.NoError(t, err)
+	srv := &remote.Server{Dev: dev}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(l) }()
+	stopped := false
+	stop := func() {
+		if !stopped {
+			stopped = true
+			srv.Shutdown(0)
+			require.NoError(t, <-served)
+		}
+	}
+	defer stop()
+
+	ctx, err := verbs.Dial(path)
+	require.NoError(t, err)
+	defer ctx.Close()
+	pd, err := ctx.AllocPD()
+	require.NoError(t, err)
+	cq, err := ctx.CreateCQ(16, nil)
+	require.NoError(t, err)
+	qp, err := pd.CreateQP(&verbs.QPInitAttr{SendCQ: cq, RecvCQ: cq, Cap: verbs.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	require.NoError(t, err)
+	require.NoError(t, qp.Connect(qp.Info(), nil))
+	buf, err := ctx.Alloc(4096)
+	require.NoError(t, err)
+	mr, err := pd.RegMR(buf, verbs.AccessLocalWrite)
+	require.NoError(t, err)
+	_, err = qp.PostRecv([]verbs.RecvWR{{WRID: 7, SG: []verbs.SGE{mr.SGE(0, 64)}}})
+	require.NoError(t, err)
+
+	wcs := make([]verbs.WC, 4)
+	n, err := cq.Poll(wcs)
+	require.NoError(t, err)
+	require.Zero(t, n)
+	require.NoError(t, ctx.Err())
+
+	stop() // the receive flushes into the CQ, then the connection closes
+	select {
+	case <-ctx.Lost():
+	case <-time.After(5 * time.Second):
+		t.Fatal("the context did not notice its daemon stopping")
+	}
+	t.Logf("lost: %v", ctx.Err())
+	require.ErrorIs(t, ctx.Err(), verbs.ErrDeviceLost)
+	require.ErrorIs(t, ctx.Err(), remote.ErrClosed)
+
+	var got []verbs.WC
+	for {
+		n, err := cq.Poll(wcs)
+		got = append(got, wcs[:n]...)
+		if err != nil {
+			require.Zero(t, n, "a poll that found completions returned an error")
+			require.ErrorIs(t, err, verbs.ErrDeviceLost)
+			break
+		}
+		require.NotZero(t, n, "a poll of a lost context found nothing and returned no error")
+	}
+	require.Len(t, got, 1)
+	assert.Equal(t, uint64(7), got[0].WRID)
+	assert.Equal(t, verbs.WCWRFlushErr, got[0].Status)
+}
+
+// An in-process context is never lost.
+func TestInProcessNotLost(t *testing.T) {
+	dev := hca.New(hca.Options{})
+	defer dev.Close()
+	ctx, err := verbs.Open(dev)
+	require.NoError(t, err)
+	defer ctx.Close()
+	cq, err := ctx.CreateCQ(4, nil)
+	require.NoError(t, err)
+	n, err := cq.Poll(make([]verbs.WC, 4))
+	require.NoError(t, err)
+	require.Zero(t, n)
+	require.NoError(t, ctx.Err())
+	select {
+	case <-ctx.Lost():
+		t.Fatal("an in-process context is lost")
+	default:
+	}
+}
