@@ -318,6 +318,18 @@ func (mr *MR) mapMTT(data, meta []SGE) bool {
 // it (ib_check_mr_status with IB_MR_CHECK_SIG_STATUS); nil means none. A
 // recorded error under another key variant is reported as a guard error at
 // offset 0 with that key, as the kernel does.
+//
+// Poll first: an error is recorded on the MR only when the CQ that carries
+// its SIG_ERR CQE is polled, as on mlx5, where poll_cq consumes the CQE.
+// Until then CheckMRStatus says nil, even for data that failed its check.
+// The CQE goes to the send CQ of the QP that made the access: the posting
+// QP for a local SGE through the MR's LKey; for a peer's RDMA READ or WRITE
+// through its RKey, the MR owner's QP that served the request. The peer's
+// own work completion succeeds all the same. The CQE is no work
+// completion: a Poll that takes it can return 0.
+//
+// It must also be called between two registrations of the MR: a
+// REG_MR_INTEGRITY or REG_SIG_MR posted before it is refused (ErrInvalid).
 func (mr *MR) CheckMRStatus() (*SigErr, error) {
 	if mr.integ == nil {
 		return nil, fmt.Errorf("check mr status on an MR without signature: %w", ErrInvalid)
