@@ -8,6 +8,7 @@ import (
 
 	"github.com/hcasim/hcasim/hca"
 	"github.com/hcasim/hcasim/hca/verbs"
+	"github.com/hcasim/hcasim/t10dif"
 	"golang.org/x/sync/errgroup"
 	"golang.org/x/sys/unix"
 )
@@ -63,6 +64,82 @@ func BenchmarkWriteQPs(b *testing.B) {
 	}
 }
 
+// BenchmarkWritePI: 128 KiB WRITEs at QD 8 through the requester's
+// signature key (REG_MR_INTEGRITY): none (a plain key), insert (memory
+// plain, wire T10-DIF) and pass (T10-DIF in both, memory PI as separate
+// metadata), at 4096- and 512-byte intervals; MB/s counts data bytes
+// (issue 13: insert and pass ≥ 0.7× none at 4096, ≥ 0.5× at 512).
+func BenchmarkWritePI(b *testing.B) {
+	const qd, size = 8, 128 << 10
+	for _, iv := range []int{4096, 512} {
+		for _, mode := range []string{"none", "insert", "pass"} {
+			if mode == "none" && iv == 512 {
+				continue
+			}
+			b.Run(fmt.Sprintf("pi=%s/interval=%d", mode, iv), func(b *testing.B) {
+				dev := hca.New(hca.Options{})
+				defer dev.Close()
+				blocks := size / iv
+				a, r := benchPairQP(b, dev, qd, size+blocks*8, true)
+				defer a.ctx.Close()
+				defer r.ctx.Close()
+				sg := a.mr.SGE(0, size)
+				if mode != "none" {
+					sg = benchSigKey(b, a, mode, iv, size)
+				}
+				b.SetBytes(size)
+				b.ResetTimer()
+				if err := benchWritesSG(a, r, qd, sg, b.N); err != nil {
+					b.Fatal(err)
+				}
+			})
+		}
+	}
+}
+
+// benchSigKey registers an integrity MR over a's buffer (the data, then
+// separate metadata for pass) and returns the source SGE of a WRITE of
+// size data bytes through it.
+func benchSigKey(b *testing.B, a *side, mode string, iv, size int) verbs.SGE {
+	blocks := size / iv
+	dom := verbs.SigDomain{Type: verbs.SigTypeT10DIF, PIInterval: uint32(iv), RefTag: 0x100, RefRemap: true, AppEscape: true, ApptagCheckMask: 0xFFFF}
+	attrs := verbs.SigAttrs{CheckMask: 0xFF, Wire: dom}
+	var meta []verbs.SGE
+	if mode == "pass" {
+		attrs.Mem = dom
+		d := t10dif.Domain{Format: t10dif.FormatPI8, Type: t10dif.Type1, Interval: iv, RefTag: 0x100, Separate: true}
+		if _, err := t10dif.Generate(d, t10dif.Buf{Data: a.buf[:size], Meta: a.buf[size : size+blocks*8]}, append([]byte(nil), a.buf[:size]...)); err != nil {
+			b.Fatal(err)
+		}
+		meta = []verbs.SGE{a.mr.SGE(size, blocks*8)}
+	}
+	mr, err := a.pd.AllocMRIntegrity(4, 4)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := mr.MapSGPI([]verbs.SGE{a.mr.SGE(0, size)}, meta); err != nil {
+		b.Fatal(err)
+	}
+	mr.SetSigAttrs(attrs)
+	mr.IncKey()
+	if _, err := a.qp.PostSend([]verbs.SendWR{{WRID: 1, Opcode: verbs.WRRegMRIntegrity, MR: mr, Flags: verbs.SendSignaled,
+		Access: verbs.AccessLocalWrite | verbs.AccessRemoteRead | verbs.AccessRemoteWrite}}); err != nil {
+		b.Fatal(err)
+	}
+	wcs := make([]verbs.WC, 1)
+	for range 1000000 {
+		if n, _ := a.cq.Poll(wcs); n == 1 {
+			if wcs[0].Status != verbs.WCSuccess {
+				b.Fatalf("registration: %v", wcs[0].Status)
+			}
+			return verbs.SGE{Addr: 0, Length: uint32(blocks * (iv + 8)), LKey: mr.LKey}
+		}
+		runtime.Gosched()
+	}
+	b.Fatal("registration: no completion")
+	return verbs.SGE{}
+}
+
 // BenchmarkIdleQPs: 1,000 QPs (500 connected pairs, each of which has
 // moved one WRITE) cost no CPU while idle: it reports the process's CPU
 // time per second of wall time with the QPs idle, with the send engine
@@ -106,6 +183,12 @@ func cpuTime(b *testing.B) time.Duration {
 // benchPair returns two connected sides of dev for WRITEs of size bytes
 // at qd.
 func benchPair(b *testing.B, dev *hca.Device, qd, size int) (*side, *side) {
+	return benchPairQP(b, dev, qd, size, false)
+}
+
+// benchPairQP is benchPair with buffers of size bytes and, with
+// integrity, QPs that take signature work requests.
+func benchPairQP(b *testing.B, dev *hca.Device, qd, size int, integrity bool) (*side, *side) {
 	mk := func() *side {
 		ctx, err := verbs.Open(dev)
 		if err != nil {
@@ -114,12 +197,13 @@ func benchPair(b *testing.B, dev *hca.Device, qd, size int) (*side, *side) {
 		s := &side{ctx: ctx}
 		s.pd, _ = ctx.AllocPD()
 		s.cq, _ = ctx.CreateCQ(2*qd+8, nil)
-		s.qp, err = s.pd.CreateQP(&verbs.QPInitAttr{SendCQ: s.cq, RecvCQ: s.cq, Cap: verbs.QPCap{MaxSendWR: qd, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1}})
+		s.qp, err = s.pd.CreateQP(&verbs.QPInitAttr{SendCQ: s.cq, RecvCQ: s.cq, Integrity: integrity,
+			Cap: verbs.QPCap{MaxSendWR: qd, MaxRecvWR: 1, MaxSendSGE: 1, MaxRecvSGE: 1}})
 		if err != nil {
 			b.Fatal(err)
 		}
 		s.buf, _ = ctx.Alloc(size)
-		s.mr, err = s.pd.RegMR(s.buf, verbs.AccessLocalWrite|verbs.AccessRemoteWrite)
+		s.mr, err = s.pd.RegMR(s.buf, verbs.AccessLocalWrite|verbs.AccessRemoteWrite|verbs.AccessRemoteRead)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -137,7 +221,13 @@ func benchPair(b *testing.B, dev *hca.Device, qd, size int) (*side, *side) {
 
 // benchWrites moves n WRITEs of size bytes from a to r, qd outstanding.
 func benchWrites(a, r *side, qd, size, n int) error {
-	wr := verbs.SendWR{Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled, SG: []verbs.SGE{a.mr.SGE(0, size)}, RemoteAddr: r.mr.Addr, RKey: r.mr.RKey}
+	return benchWritesSG(a, r, qd, a.mr.SGE(0, size), n)
+}
+
+// benchWritesSG moves n WRITEs of the source sg from a to r, qd
+// outstanding.
+func benchWritesSG(a, r *side, qd int, sg verbs.SGE, n int) error {
+	wr := verbs.SendWR{Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled, SG: []verbs.SGE{sg}, RemoteAddr: r.mr.Addr, RKey: r.mr.RKey}
 	batch := make([]verbs.SendWR, qd)
 	for i := range batch {
 		batch[i] = wr
