@@ -51,6 +51,7 @@ type Context struct {
 	qps     map[uint32]*QP
 	cqs     map[uint32]*CQ
 	sigMRs  map[uint32]*MR   // signature keys by index, for SIG_ERR CQEs
+	mrs     map[uint32]*MR   // RegMR and fast-registration MRs by key index (MapSGPI's checks)
 	mkeys   map[uint32]*Mkey // signature mkeys (CreateMkey) by index
 	async   chan hca.Event
 	stopEv  chan struct{}
@@ -79,7 +80,7 @@ func Open(dev *hca.Device) (*Context, error) {
 
 // New returns a context over a function (in process, or a socket client).
 func New(fn hca.Function) (*Context, error) {
-	c := &Context{fn: fn, qps: map[uint32]*QP{}, cqs: map[uint32]*CQ{}, sigMRs: map[uint32]*MR{},
+	c := &Context{fn: fn, qps: map[uint32]*QP{}, cqs: map[uint32]*CQ{}, sigMRs: map[uint32]*MR{}, mrs: map[uint32]*MR{},
 		async: make(chan hca.Event, 256), stopEv: make(chan struct{}), evDone: make(chan struct{}), lost: make(chan struct{})}
 	out := hca.Out(fn.Command(hca.NewIn(hca.CmdQueryHCACap, hca.InHeaderSize)))
 	if err := out.Err(hca.CmdQueryHCACap); err != nil {

@@ -103,6 +103,22 @@ const (
 	WCRecvRDMAWithImm WCOpcode = 129
 )
 
+var wcOpNames = map[WCOpcode]string{
+	WCSend: "IBV_WC_SEND", WCRDMAWrite: "IBV_WC_RDMA_WRITE", WCRDMARead: "IBV_WC_RDMA_READ", WCCompSwap: "IBV_WC_COMP_SWAP",
+	WCFetchAdd: "IBV_WC_FETCH_ADD", WCBindMW: "IBV_WC_BIND_MW", WCLocalInv: "IBV_WC_LOCAL_INV", WCRegMR: "IB_WC_REG_MR",
+	WCRecv: "IBV_WC_RECV", WCRecvRDMAWithImm: "IBV_WC_RECV_RDMA_WITH_IMM", WCUMR: "MLX5DV_WC_UMR",
+}
+
+// String returns the opcode's verbs name (IBV_WC_*; the kernel's
+// IB_WC_REG_MR and mlx5dv's MLX5DV_WC_UMR for the two libibverbs lacks),
+// or "WCOpcode(n)" for an unknown value.
+func (o WCOpcode) String() string {
+	if s, ok := wcOpNames[o]; ok {
+		return s
+	}
+	return fmt.Sprintf("WCOpcode(%d)", uint8(o))
+}
+
 // WC is a work completion.
 type WC struct {
 	WRID      uint64
@@ -219,7 +235,8 @@ func (q *CQ) ReqNotify(solicitedOnly bool) {
 	q.ctx.fn.ArmCQ(q.cqn, w)
 }
 
-// Poll fills wcs with completions and returns how many. Once the
+// Poll fills wcs with the completions there are and returns how many; it
+// does not wait (PollWait does). Once the
 // connection to the device is lost (Context.Err), a poll that finds no
 // completion returns the error: none will come.
 func (q *CQ) Poll(wcs []WC) (int, error) {

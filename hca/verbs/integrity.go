@@ -48,42 +48,79 @@ const (
 )
 
 // SigDomain is one domain of the signature attributes (ib_sig_domain with
-// its ib_t10_dif_domain).
+// its ib_t10_dif_domain): how the data is protected in memory (SigAttrs.Mem)
+// or on the wire (SigAttrs.Wire). A domain of Type SigTypeNone carries no
+// PI (its other fields mean nothing).
+//
+// The T10 protection type is not a field the device sees: it is the
+// reference-tag and escape flags. Type 1 and Type 2 are RefRemap (the ref
+// tag increments per block) with AppEscape; Type 3 is a constant ref tag
+// with AppEscape and RefEscape. T10DIFDomain fills them in from a DIFType
+// (and records it in DIFType, which SetSigAttrs checks against them).
+//
+// Fields equal in both domains are copied, not regenerated (mlx5's copy
+// mask, mlx5_set_bsf): when Mem and Wire are both T10-DIF with the same
+// PIInterval, the output tuple's guard is copied from the input when the
+// BgType is the same (whatever the seeds Bg), its app tag when AppTag is
+// the same, its ref tag when RefTag is the same (RefRemap is not
+// compared). A copied field is only verified if CheckMask checks it: an
+// unchecked bad guard that is copied reaches the output as it came. Give
+// the domains different values (or intervals) to have a field
+// regenerated.
 type SigDomain struct {
-	Type            SigType
-	BgType          BgType
+	Type   SigType
+	BgType BgType
+	// PIInterval is the data bytes per protection block: 512, 520, 4048,
+	// 4096 or 4160 (the block sizes QuerySigCaps reports; others are
+	// refused by SetSigAttrs). With PI, each block takes 8 bytes more in
+	// the domain: see MR.WireLen.
 	PIInterval      uint32
 	Bg              uint16 // guard seed
 	AppTag          uint16
 	RefTag          uint32
 	RefRemap        bool // the ref tag increments per block
-	AppEscape       bool
-	RefEscape       bool // only with AppEscape: app 0xFFFF and ref all ones
+	AppEscape       bool // a block whose app tag is 0xFFFF is not checked
+	RefEscape       bool // only with AppEscape (ignored without, as mlx5 does): app 0xFFFF and ref all ones
 	ApptagCheckMask uint16
+	// DIFType optionally names the protection type the flags follow (0:
+	// unnamed). It changes nothing on the device; SetSigAttrs refuses a
+	// value other than DIFType1–3, RefEscape with Type 1 or 2 and
+	// RefRemap with Type 3.
+	DIFType DIFType
 }
 
 // SigAttrs are an integrity MR's signature attributes (ib_sig_attrs).
 type SigAttrs struct {
 	// CheckMask selects the input tuple bytes checked (IB_SIG_CHECK_*:
-	// 0xC0 guard, 0x30 app tag, 0x0F ref tag).
+	// SigCheckGuard, SigCheckAppTag, SigCheckRefTag, SigCheckAll).
 	CheckMask uint8
 	Mem, Wire SigDomain
 	// MetaLength is set by MapSGPI: the metadata bytes mapped.
 	MetaLength uint32
 }
 
-// SigErrType is the kind of a signature error (ib_sig_err_type).
+// SigErrType is the kind of a signature error (ib_sig_err_type). Its zero
+// value, SigErrNone, is no error; the kernel's IB_SIG_BAD_* values are
+// each one more here.
 type SigErrType uint8
 
 // Signature error kinds.
 const (
-	SigBadGuard  SigErrType = iota // IB_SIG_BAD_GUARD
+	SigErrNone   SigErrType = iota // no error (not a kernel value)
+	SigBadGuard                    // IB_SIG_BAD_GUARD
 	SigBadRefTag                   // IB_SIG_BAD_REFTAG
 	SigBadAppTag                   // IB_SIG_BAD_APPTAG
 )
 
+var sigErrNames = [...]string{"none", "IB_SIG_BAD_GUARD", "IB_SIG_BAD_REFTAG", "IB_SIG_BAD_APPTAG"}
+
+// String returns the kernel's name of the kind ("none" for SigErrNone,
+// "SigErrType(n)" for an unknown value).
 func (t SigErrType) String() string {
-	return [...]string{"IB_SIG_BAD_GUARD", "IB_SIG_BAD_REFTAG", "IB_SIG_BAD_APPTAG"}[min(int(t), 2)]
+	if int(t) < len(sigErrNames) {
+		return sigErrNames[t]
+	}
+	return fmt.Sprintf("SigErrType(%d)", uint8(t))
 }
 
 // SigErr is a signature error as CheckMRStatus reports it (ib_sig_err).
@@ -112,7 +149,8 @@ type integ struct {
 	klmMR, mttMR    *MR // internal PI MRs (integrity MRs only)
 	maxDesc         int
 	attrs           SigAttrs
-	checked         bool // sig_status_checked
+	attrErr         error // the last SetSigAttrs refused its attributes
+	checked         bool  // sig_status_checked
 	err             *SigErr
 	errCount        uint32 // sigerr_count
 	mode            piMode
@@ -199,15 +237,31 @@ func (mr *MR) destroyPSVs() {
 }
 
 // SetSigAttrs sets the signature attributes a REG_MR_INTEGRITY or
-// REG_SIG_MR uses (the kernel's mr->sig_attrs).
-func (mr *MR) SetSigAttrs(a SigAttrs) {
+// REG_SIG_MR uses (the kernel's mr->sig_attrs). It validates them first
+// and returns a *FieldError (wrapping ErrInvalid) naming the field at
+// fault: a domain type or guard type out of range, a PIInterval the device
+// has no block size for (it takes 512, 520, 4048, 4096 and 4160), a
+// DIFType the flags contradict, or neither domain with PI. Refused
+// attributes are not set, and the MR's next registration fails with the
+// same error until attributes are accepted. MetaLength is MapSGPI's and is
+// kept.
+func (mr *MR) SetSigAttrs(a SigAttrs) error {
+	if mr.integ == nil {
+		return fmt.Errorf("set sig attrs on an MR without signature (not from AllocMRIntegrity or AllocMR(MRTypeSignature)): %w", ErrInvalid)
+	}
+	err := a.validate()
 	mr.mu.Lock()
 	defer mr.mu.Unlock()
-	if mr.integ != nil {
-		meta := mr.integ.attrs.MetaLength
-		mr.integ.attrs = a
-		mr.integ.attrs.MetaLength = meta
+	g := mr.integ
+	if err != nil {
+		g.attrErr = err
+		return fmt.Errorf("set sig attrs: %w", err)
 	}
+	g.attrErr = nil
+	meta := g.attrs.MetaLength
+	g.attrs = a
+	g.attrs.MetaLength = meta
+	return nil
 }
 
 // SigAttrs returns the MR's signature attributes (with MetaLength).
@@ -224,10 +278,37 @@ func (mr *MR) SigAttrs() SigAttrs {
 // map_mr_sg_pi: PA (one data entry, at most one metadata entry) if
 // possible, else MTT (page-aligned boundaries), else KLM; ErrInvalid if
 // none can map everything. The MR becomes zero-based with Len the
-// memory-domain length (data + metadata).
+// memory-domain length (data + metadata); accesses through its key use
+// wire-domain lengths (MR.WireLen).
+//
+// Each entry must lie inside a registration of the MR's protection
+// domain that its LKey names (an MR from RegMR, or a fast-registration MR
+// as last mapped): an unknown LKey, another PD's, or an address range
+// outside that registration is refused with a *FieldError naming the
+// entry ("data[1].Addr"), as is an entry of length 0.
+//
+// Metadata in memory comes either separately, in meta (a memory domain
+// with PI reads its tuples there, 8 bytes per block), or interleaved
+// with the data: MapSGPI(data, nil) with a T10-DIF memory domain takes
+// each block's 8 bytes right after its data in the data entries
+// themselves (whose lengths then include them).
 func (mr *MR) MapSGPI(data, meta []SGE) error {
-	if mr.typ != MRTypeIntegrity || len(data) == 0 {
-		return fmt.Errorf("map sg pi: %w", ErrInvalid)
+	if mr.typ != MRTypeIntegrity {
+		return fmt.Errorf("map sg pi on an MR that is not an integrity MR (AllocMRIntegrity): %w", ErrInvalid)
+	}
+	if len(data) == 0 {
+		return fmt.Errorf("map sg pi: %w", fieldErr("data", "empty: at least one data entry is needed"))
+	}
+	c := mr.pd.ctx
+	for _, l := range []struct {
+		name string
+		sg   []SGE
+	}{{"data", data}, {"meta", meta}} {
+		for i, s := range l.sg {
+			if err := c.checkSGE(mr.pd, fmt.Sprintf("%s[%d]", l.name, i), s); err != nil {
+				return fmt.Errorf("map sg pi: %w", err)
+			}
+		}
 	}
 	mr.mu.Lock()
 	defer mr.mu.Unlock()
@@ -363,7 +444,7 @@ func (c *Context) sigError(f *cq.Fields) {
 		return // never for a key the driver did not create
 	}
 	s := &f.Sig
-	e := &SigErr{Offset: s.ErrOffset, Key: s.Mkey}
+	e := &SigErr{Type: SigBadGuard, Offset: s.ErrOffset, Key: s.Mkey} // no syndrome bit: the kernel's zeroed item, a guard error
 	switch {
 	case s.Syndrome&cq.SigErrGuard != 0:
 		e.Type, e.Expected, e.Actual = SigBadGuard, s.ExpectedTransSig>>16, s.ActualTransSig>>16
@@ -458,8 +539,15 @@ func (qp *QP) umrFence() sq.Fence {
 // Called with smu held.
 func (qp *QP) postIntegrity(wr *SendWR) error {
 	mr := wr.MR
-	if !qp.integ || mr == nil || mr.integ == nil || wr.Access&AccessRemoteAtomic != 0 {
-		return fmt.Errorf("signature WR on a QP without integrity, an MR without signature or with remote atomic: %w", ErrInvalid)
+	switch {
+	case !qp.integ:
+		return fmt.Errorf("signature WR on QP %#x, created without QPInitAttr.Integrity: %w", qp.qpn, ErrInvalid)
+	case mr == nil:
+		return fmt.Errorf("signature WR without an MR (SendWR.MR is nil): %w", ErrInvalid)
+	case mr.integ == nil:
+		return fmt.Errorf("signature WR with MR %#x, which has no signature (not from AllocMRIntegrity or AllocMR(MRTypeSignature)): %w", mr.LKey, ErrInvalid)
+	case wr.Access&AccessRemoteAtomic != 0:
+		return fmt.Errorf("signature WR with AccessRemoteAtomic (a signature key allows no atomics): %w", ErrInvalid)
 	}
 	c := qp.ctx
 	c.mu.Lock()
@@ -468,6 +556,12 @@ func (qp *QP) postIntegrity(wr *SendWR) error {
 	mr.mu.Lock()
 	defer mr.mu.Unlock()
 	g := mr.integ
+	if g.attrErr != nil {
+		return fmt.Errorf("signature attributes refused by SetSigAttrs: %w", g.attrErr)
+	}
+	if err := g.attrs.validate(); err != nil {
+		return fmt.Errorf("signature attributes (SetSigAttrs not called?): %w", err)
+	}
 	// Both APIs need CheckMRStatus since the last registration (mlx5's
 	// sig_status_checked; set_sig_umr_wr checked it for REG_SIG_MR too).
 	if !checked {

@@ -126,11 +126,12 @@ func (pd *PD) RegMR(buf []byte, access Access) (*MR, error) {
 		return nil, fmt.Errorf("reg mr: %w", err)
 	}
 	mr.LKey, mr.RKey = uint32(key), uint32(key)
+	c.mu.Lock()
 	if mr.mapped {
-		c.mu.Lock()
 		c.regs = append(c.regs, mr)
-		c.mu.Unlock()
 	}
+	c.mrs[key.Index()] = mr
+	c.mu.Unlock()
 	return mr, nil
 }
 
@@ -202,7 +203,11 @@ func (pd *PD) AllocMR(typ MRType, maxSG int) (*MR, error) {
 		c.fn.FreeDMA(descIO)
 		return nil, fmt.Errorf("alloc mr: %w", err)
 	}
-	return &MR{pd: pd, LKey: uint32(key), RKey: uint32(key), typ: typ, maxSG: maxSG, descs: descs, descIO: descIO}, nil
+	mr := &MR{pd: pd, LKey: uint32(key), RKey: uint32(key), typ: typ, maxSG: maxSG, descs: descs, descIO: descIO}
+	c.mu.Lock()
+	c.mrs[key.Index()] = mr
+	c.mu.Unlock()
+	return mr, nil
 }
 
 // MapSG sets the MR's page list from a scatter list of IOVA ranges (as
@@ -243,6 +248,32 @@ func (mr *MR) MapSG(sg []SGE) (int, error) {
 	return 0, fmt.Errorf("map sg: entries not page aligned: %w", ErrInvalid)
 }
 
+// checkSGE checks that an entry MapSGPI maps lies in a registration of pd
+// its LKey names; field names the entry in errors.
+func (c *Context) checkSGE(pd *PD, field string, s SGE) error {
+	if s.Length == 0 {
+		return fieldErr(field+".Length", "0")
+	}
+	c.mu.Lock()
+	r := c.mrs[klm.Key(s.LKey).Index()]
+	c.mu.Unlock()
+	if r == nil {
+		return fieldErr(field+".LKey", "%#x: no MR of this context (RegMR or AllocMR) has it", s.LKey)
+	}
+	r.mu.Lock()
+	lkey, addr, n := r.LKey, r.Addr, r.Len
+	r.mu.Unlock()
+	switch {
+	case lkey != s.LKey:
+		return fieldErr(field+".LKey", "%#x: the MR's key is now %#x", s.LKey, lkey)
+	case r.pd != pd:
+		return fieldErr(field+".LKey", "%#x: an MR of PD %d, not the integrity MR's PD %d", s.LKey, r.pd.pdn, pd.pdn)
+	case s.Addr < addr || s.Addr+uint64(s.Length) > addr+n || s.Addr+uint64(s.Length) < s.Addr:
+		return fieldErr(field+".Addr", "%#x+%d: outside the MR of LKey %#x (%#x+%d)", s.Addr, s.Length, s.LKey, addr, n)
+	}
+	return nil
+}
+
 // IncKey bumps the key variant (ib_inc_rkey + ib_update_fast_reg_key): the
 // next REG_MR registers under the new key.
 func (mr *MR) IncKey() {
@@ -265,7 +296,13 @@ func (mr *MR) Dereg() error {
 		delete(c.sigMRs, klm.Key(mr.LKey).Index())
 		c.mu.Unlock()
 	}
-	_, err := c.cmd(hca.NewIn(hca.CmdDestroyMkey, hca.MkeyIdxOff+4).Put32(hca.MkeyIdxOff, klm.Key(mr.LKey).Index()))
+	idx := klm.Key(mr.LKey).Index()
+	c.mu.Lock()
+	if c.mrs[idx] == mr {
+		delete(c.mrs, idx)
+	}
+	c.mu.Unlock()
+	_, err := c.cmd(hca.NewIn(hca.CmdDestroyMkey, hca.MkeyIdxOff+4).Put32(hca.MkeyIdxOff, idx))
 	mr.unmap()
 	if mr.descs != nil {
 		c.fn.FreeDMA(mr.descIO)

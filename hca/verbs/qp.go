@@ -26,8 +26,14 @@ const (
 	StateErr
 )
 
+var qpStateNames = [...]string{"RESET", "INIT", "RTR", "RTS", "SQD", "ERR"}
+
+// String returns the state's name, or "QPState(n)" for an unknown value.
 func (s QPState) String() string {
-	return [...]string{"RESET", "INIT", "RTR", "RTS", "SQD", "ERR"}[min(int(s), 5)]
+	if int(s) < len(qpStateNames) {
+		return qpStateNames[s]
+	}
+	return fmt.Sprintf("QPState(%d)", uint8(s))
 }
 
 // QPCap are a QP's queue capacities.
@@ -308,10 +314,18 @@ func (qp *QP) Info() QPInfo {
 	return QPInfo{LID: qp.ctx.lid, GID: qp.ctx.gid, QPN: qp.qpn, PSN: qp.psn}
 }
 
-// State returns the state the driver last moved the QP to.
+// State returns the QP's state as the device has it: it queries the
+// device (QUERY_QP, see Query), so it says StateErr once the device moved
+// the QP to ERR after an error completion, and StateSQD after a signature
+// error with SigPipelining, not the state the driver last moved it to. If
+// the query fails (a closed context), it returns the state the driver
+// last knew.
 func (qp *QP) State() QPState {
 	qp.smu.Lock()
 	defer qp.smu.Unlock()
+	if a, err := qp.query(); err == nil {
+		return a.State
+	}
 	return qp.state
 }
 
@@ -449,12 +463,15 @@ func (qp *QP) Connect(remote QPInfo, o *ConnectOptions) error {
 // PostRecv posts receive work requests. On error it returns the index of
 // the first WR not posted.
 func (qp *QP) PostRecv(wrs []RecvWR) (int, error) {
+	qp.smu.Lock()
+	st := qp.state
+	qp.smu.Unlock()
 	qp.rmu.Lock()
 	size := uint16(1) << qp.rqLog
 	stride := 1 << qp.rqShift
 	posted := 0
 	var err error
-	if qp.State() == StateReset {
+	if st == StateReset {
 		err = fmt.Errorf("post recv in RESET: %w", ErrQPState)
 	}
 	for i := range wrs {

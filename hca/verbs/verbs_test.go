@@ -2,8 +2,11 @@ package verbs_test
 
 import (
 	"bytes"
+	"context"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/require"
 
 	"github.com/hcasim/hcasim/hca"
 	"github.com/hcasim/hcasim/hca/verbs"
@@ -64,25 +67,15 @@ func connectAgain(t *testing.T, a, b *side) {
 	connect(t, a, b)
 }
 
+// wait waits up to 5 s for n completions on s's CQ.
 func wait(t *testing.T, s *side, n int) []verbs.WC {
 	t.Helper()
-	var out []verbs.WC
-	wcs := make([]verbs.WC, 16)
-	deadline := time.Now().Add(5 * time.Second)
-	for len(out) < n {
-		k, err := s.cq.Poll(wcs)
-		if err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, wcs[:k]...)
-		if k == 0 {
-			if time.Now().After(deadline) {
-				t.Fatalf("got %d of %d completions: %+v", len(out), n, out)
-			}
-			time.Sleep(10 * time.Microsecond)
-		}
-	}
-	return out
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	wcs := make([]verbs.WC, n)
+	k, err := s.cq.PollWait(ctx, wcs, n)
+	require.NoError(t, err, "completions so far: %+v", wcs[:k])
+	return wcs[:k]
 }
 
 func TestWriteSendReadAtomic(t *testing.T) {
