@@ -452,3 +452,47 @@ func TestSignatureWRErrors(t *testing.T) {
 		assert.NotContains(t, err.Error(), "without integrity, an MR without signature", c.name)
 	}
 }
+
+// PIMode says which mode MapSGPI chose, and how many completions a
+// signaled registration then produces.
+func TestPIMode(t *testing.T) {
+	dev := hca.New(hca.Options{})
+	defer dev.Close()
+	host, target := intSide(t, dev), intSide(t, dev)
+	connect(t, host, target)
+	mr, err := host.pd.AllocMRIntegrity(8, 8)
+	require.NoError(t, err)
+	assert.Equal(t, verbs.PIModeNone, mr.PIMode())
+	assert.Equal(t, verbs.PIModeNone, host.mr.PIMode())
+	require.NoError(t, mr.SetSigAttrs(verbs.SigAttrs{CheckMask: verbs.SigCheckAll, Wire: verbs.T10DIFDomain(verbs.DIFType1, 512, 0)}))
+	for _, c := range []struct {
+		data []verbs.SGE
+		mode verbs.PIMode
+	}{
+		{[]verbs.SGE{host.mr.SGE(0, 4096)}, verbs.PIModePA},
+		{[]verbs.SGE{host.mr.SGE(0, 4096), host.mr.SGE(8192, 4096)}, verbs.PIModeMTT},
+		{[]verbs.SGE{host.mr.SGE(0, 512), host.mr.SGE(1024, 512)}, verbs.PIModeKLM},
+	} {
+		require.NoError(t, mr.MapSGPI(c.data, nil))
+		require.Equal(t, c.mode, mr.PIMode())
+		mr.IncKey()
+		_, err := host.qp.PostSend([]verbs.SendWR{{WRID: 7, Opcode: verbs.WRRegMRIntegrity, MR: mr, Flags: verbs.SendSignaled,
+			Access: verbs.AccessLocalWrite | verbs.AccessRemoteRead}})
+		require.NoError(t, err)
+		for _, wc := range wait(t, host, c.mode.Completions()) {
+			assert.Equal(t, verbs.WCSuccess, wc.Status, "%v: %+v", c.mode, wc)
+			assert.Equal(t, verbs.WCRegMR, wc.Opcode)
+			assert.Equal(t, uint64(7), wc.WRID)
+		}
+		n, _ := host.cq.Poll(make([]verbs.WC, 4))
+		assert.Zero(t, n, "%v: more completions than Completions says", c.mode)
+		// Invalidate before the next registration.
+		_, err = host.qp.PostSend([]verbs.SendWR{{WRID: 8, Opcode: verbs.WRLocalInv, Flags: verbs.SendSignaled, InvalidateRKey: mr.RKey}})
+		require.NoError(t, err)
+		wait(t, host, 1)
+		_, err = mr.CheckMRStatus()
+		require.NoError(t, err)
+	}
+	assert.Equal(t, "KLM", verbs.PIModeKLM.String())
+	assert.Equal(t, "PIMode(7)", verbs.PIMode(7).String())
+}

@@ -1,8 +1,14 @@
 // Package verbs is hcasim's driver and Go verbs API, shaped after
 // libibverbs and the kernel verbs: contexts, protection domains, memory
-// regions (registered, fast-registration and, later, integrity), completion
+// regions (registered, fast-registration and integrity), completion
 // queues with a completion channel, and RC queue pairs with PostSend and
 // PostRecv.
+//
+// Results that depend on the device are asked of it: QP.State and
+// QP.Query read the QP's state with QUERY_QP (the device moves a QP to ERR
+// or SQD by itself), CQ.Poll and CQ.PollWait take completions, and
+// MR.CheckMRStatus reports a signature error only once the CQ that
+// carried its SIG_ERR CQE has been polled.
 //
 // It is a driver in the hardware sense: it talks to an [hca.Function] only
 // through the command mailbox, DMA memory, doorbells and events, writes

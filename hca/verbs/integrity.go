@@ -279,7 +279,8 @@ func (mr *MR) SigAttrs() SigAttrs {
 // possible, else MTT (page-aligned boundaries), else KLM; ErrInvalid if
 // none can map everything. The MR becomes zero-based with Len the
 // memory-domain length (data + metadata); accesses through its key use
-// wire-domain lengths (MR.WireLen).
+// wire-domain lengths (MR.WireLen). MR.PIMode says which mode it chose,
+// and so how many completions a signaled registration produces.
 //
 // Each entry must lie inside a registration of the MR's protection
 // domain that its LKey names (an MR from RegMR, or a fast-registration MR

@@ -189,3 +189,66 @@ func (mr *MR) WireLen(memLen uint64) uint64 {
 	a := mr.SigAttrs()
 	return a.Wire.domainLen(a.Mem.dataLen(memLen))
 }
+
+// PIMode is how MapSGPI mapped an integrity MR's data and metadata, as
+// mlx5's map_mr_sg_pi chooses: it decides what a REG_MR_INTEGRITY posts.
+type PIMode uint8
+
+// PI mapping modes.
+const (
+	// PIModeNone: not mapped (or not an integrity MR).
+	PIModeNone PIMode = iota
+	// PIModePA: one data entry and at most one metadata entry, addressed
+	// directly. The registration is the signature UMR and two SET_PSVs:
+	// one work completion when signaled.
+	PIModePA
+	// PIModeMTT: page-aligned entries in the internal MTT PI MR, which the
+	// registration registers first with a UMR of its own: two work
+	// completions (same WRID) when signaled.
+	PIModeMTT
+	// PIModeKLM: any entries, in the internal KLM PI MR: as PIModeMTT, two
+	// work completions when signaled.
+	PIModeKLM
+)
+
+var piModeNames = [...]string{"none", "PA", "MTT", "KLM"}
+
+// String returns the mode's name, or "PIMode(n)" for an unknown value.
+func (m PIMode) String() string {
+	if int(m) < len(piModeNames) {
+		return piModeNames[m]
+	}
+	return fmt.Sprintf("PIMode(%d)", uint8(m))
+}
+
+// Completions returns the work completions a signaled REG_MR_INTEGRITY
+// of an MR mapped in mode m produces (0 for PIModeNone).
+func (m PIMode) Completions() int {
+	switch m {
+	case PIModePA:
+		return 1
+	case PIModeMTT, PIModeKLM:
+		return 2
+	}
+	return 0
+}
+
+// PIMode returns the mode the last MapSGPI chose.
+func (mr *MR) PIMode() PIMode {
+	if mr.typ != MRTypeIntegrity {
+		return PIModeNone
+	}
+	mr.mu.Lock()
+	defer mr.mu.Unlock()
+	g := mr.integ
+	if g.dataLen == 0 {
+		return PIModeNone
+	}
+	switch g.mode {
+	case piMTT:
+		return PIModeMTT
+	case piKLM:
+		return PIModeKLM
+	}
+	return PIModePA
+}
