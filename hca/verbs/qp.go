@@ -317,9 +317,10 @@ func (qp *QP) Info() QPInfo {
 // State returns the QP's state as the device has it: it queries the
 // device (QUERY_QP, see Query), so it says StateErr once the device moved
 // the QP to ERR after an error completion, and StateSQD after a signature
-// error with SigPipelining, not the state the driver last moved it to. If
-// the query fails (a closed context), it returns the state the driver
-// last knew.
+// error with SigPipelining, not the state the driver last moved it to; as
+// with Query, a later Modify without AttrCurState starts from it. If the
+// query fails (a closed context), it returns the state the driver last
+// knew.
 func (qp *QP) State() QPState {
 	qp.smu.Lock()
 	defer qp.smu.Unlock()

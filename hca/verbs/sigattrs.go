@@ -17,6 +17,7 @@ type FieldError struct {
 	Reason string
 }
 
+// Error returns the field, the reason and ErrInvalid's text.
 func (e *FieldError) Error() string {
 	return fmt.Sprintf("%s: %s: %v", e.Field, e.Reason, ErrInvalid)
 }
@@ -60,6 +61,7 @@ const (
 	DIFType3 DIFType = 3
 )
 
+// String returns "Type 1" … "Type 3", "unnamed" for 0, or "DIFType(n)".
 func (t DIFType) String() string {
 	switch t {
 	case 0:
@@ -177,11 +179,12 @@ func (d *SigDomain) domainLen(data uint64) uint64 {
 // under the MR's signature attributes: the length an SGE or an RDMA
 // operation through the MR's signature key (its LKey or RKey) carries.
 // The key is addressed in the wire domain, while Len (set by MapSGPI) is
-// the memory-domain length, data plus the metadata mapped: with a T10-DIF
-// wire domain each block takes 8 bytes more on the wire than its data,
-// with a T10-DIF memory domain each block's 8 bytes in memory do not
-// count. mr.WireLen(mr.Len) is the whole registration's length; a
-// wrong length fails on the device as a bare local protection error.
+// the memory-domain length, data plus the metadata mapped. With a T10-DIF
+// wire domain each block takes 8 bytes more on the wire than its data;
+// the 8 bytes per block a T10-DIF memory domain holds (separate or
+// interleaved) are not on the wire, unless the wire has PI of its own.
+// mr.WireLen(mr.Len) is the whole registration's length; a wrong length
+// fails on the device as a bare local protection error.
 //
 // For an MR without signature attributes the wire is the memory: WireLen
 // returns memLen.
