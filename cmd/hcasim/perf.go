@@ -40,13 +40,13 @@ var perfCmd = &command{
 	usage:   "write|read|send [--size N] [--qd N] [--qps N] [--duration D] [--pi none|insert|strip|pass] [--interval 512|4096] [--connect SOCKET [--role both|server|client] [--peer PATH]] [--json]",
 	example: "hcasim perf write --size 64 --qd 32 --duration 3s",
 	flags: func(fs *flag.FlagSet) {
-		perfOpts.size = fs.Int("size", 64, "message size in bytes")
-		perfOpts.qd = fs.Int("qd", 32, "work requests kept outstanding (per QP)")
-		perfOpts.qps = fs.Int("qps", 1, "QP pairs, each with its own poster and --qd outstanding (in process, --role both)")
+		perfOpts.size = fs.Int("size", 64, fmt.Sprintf("message size in bytes, 1..%d (252 MiB)", perfMaxSize))
+		perfOpts.qd = fs.Int("qd", 32, fmt.Sprintf("work requests kept outstanding (per QP), 1..%d", perfMaxQD))
+		perfOpts.qps = fs.Int("qps", 1, fmt.Sprintf("QP pairs, each with its own poster and --qd outstanding (in process, --role both), 1..%d", perfMaxQPs))
 		perfOpts.duration = fs.Duration("duration", 3*time.Second, "how long to run")
 		perfOpts.json = fs.Bool("json", false, "print only one JSON object (progress goes to standard error)")
 		perfOpts.pi = fs.String("pi", "none", "protection information through a signature key on the data's side: none, insert (memory plain, wire T10-DIF), strip (memory T10-DIF, wire plain) or pass (both)")
-		perfOpts.interval = fs.Int("interval", 4096, "protection interval for --pi")
+		perfOpts.interval = fs.Int("interval", 4096, "protection interval for --pi: 512 or 4096 (--size a multiple of it)")
 		perfOpts.mkey = fs.Bool("mkey", false, "with --pi: configure the signature key the mlx5dv way (CreateMkey and an mkey configure in the send queue, PI interleaved in memory) instead of the kernel's REG_MR_INTEGRITY")
 		perfOpts.cpuprof = fs.String("cpuprofile", "", "write a CPU profile of the run to this file (go tool pprof)")
 		perfOpts.connect = fs.String("connect", "", "run against the daemon at this socket (hcasim serve): both sides are clients of it")
@@ -76,10 +76,11 @@ type perfResult struct {
 func runPerf(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) error {
 	// Flags may follow the operation.
 	if len(args) >= 1 {
-		if err := fs.Parse(args[1:]); err != nil {
-			return errUsage
+		rest, err := parseInterspersed(fs, args[1:], stdout)
+		if err != nil {
+			return err
 		}
-		args = append(args[:1], fs.Args()...)
+		args = append(args[:1], rest...)
 	}
 	role := *perfOpts.role
 	switch role {
@@ -90,10 +91,10 @@ func runPerf(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) error {
 			args = []string{"write"}
 		}
 	default:
-		return fmt.Errorf("--role %q: want both, server or client", role)
+		return badUsage("--role %q: want both, server or client", role)
 	}
 	if role != "both" && *perfOpts.connect == "" {
-		return errors.New("--role needs --connect: the two processes are clients of one daemon")
+		return badUsage("--role needs --connect: the two processes are clients of one daemon")
 	}
 	if len(args) != 1 {
 		fmt.Fprintln(stderr, "hcasim perf: give one operation: write, read or send")
@@ -112,11 +113,11 @@ func runPerf(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	qps := *perfOpts.qps
-	if qps < 1 || qps > 1024 {
-		return fmt.Errorf("--qps %d: want 1..1024", qps)
+	if qps < 1 || qps > perfMaxQPs {
+		return badUsage("--qps %d: want 1..%d", qps, perfMaxQPs)
 	}
 	if qps > 1 && role != "both" {
-		return errors.New("--qps works with --role both: one process plays both sides")
+		return badUsage("--qps works with --role both: one process plays both sides")
 	}
 	progress := stdout
 	if *perfOpts.json {
@@ -154,6 +155,9 @@ func runPerf(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) error {
 		res, err = perfRuns(open, perfOps[op], size, qd, qps, dur, &pi, progress)
 	}
 	if err != nil {
+		if errors.Is(err, verbs.ErrDeviceLost) {
+			return fmt.Errorf("the daemon at %s went away: %w", *perfOpts.connect, err)
+		}
 		return err
 	}
 	res.Op = op
@@ -168,20 +172,43 @@ func runPerf(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) error {
 // perfOps are perf's operations.
 var perfOps = map[string]verbs.WROpcode{"write": verbs.WRRDMAWrite, "read": verbs.WRRDMARead, "send": verbs.WRSend}
 
+// The limits of perf's flags, as the device sets them.
+const (
+	// perfMaxSize is the largest --size: one memory registration maps at
+	// most 2^16 pages of 4 KiB (256 MiB; klm.Caps.LogMaxKLMListSize), and
+	// a side's buffer has room for the data's PI besides (perfBufSize).
+	perfMaxSize = 252 << 20
+	// perfMaxQD is the largest --qd: a send queue holds 2^15 WQEBBs
+	// (hca.Caps.LogMaxSQSize), and a QP that may register signature keys
+	// reserves 9 WQEBBs for each WR (a REG_MR_INTEGRITY's WQE).
+	perfMaxQD  = 1 << 15 / 9
+	perfMaxQPs = 1024
+)
+
 // perfCheck validates a run's parameters (the command line's, or those a
-// client sent a server).
+// client sent a server). Its errors are usage errors.
 func perfCheck(op string, size, qd int, dur time.Duration, pi perfPI) error {
-	if size <= 0 || size > 1<<30 || qd <= 0 || qd > 4096 || dur <= 0 {
-		return errors.New("--size must be 1..2^30, --qd 1..4096, --duration positive")
+	switch {
+	case size <= 0 || size > perfMaxSize:
+		return badUsage("--size %d: want 1..%d (252 MiB: a memory registration maps at most 256 MiB, with the PI besides)", size, perfMaxSize)
+	case qd <= 0 || qd > perfMaxQD:
+		return badUsage("--qd %d: want 1..%d (a send queue of 2^15 WQEBBs, 9 for each WR)", qd, perfMaxQD)
+	case dur <= 0:
+		return badUsage("--duration %v: want a positive duration, such as 3s or 500ms", dur)
 	}
 	switch pi.mode {
 	case "none":
 	case "insert", "strip", "pass":
-		if op == "send" || (pi.interval != 512 && pi.interval != 4096) || size%pi.interval != 0 {
-			return errors.New("--pi works with write and read, --interval 512 or 4096, and --size a multiple of the interval")
+		switch {
+		case op == "send":
+			return badUsage("--pi %s works with write and read, not send", pi.mode)
+		case pi.interval != 512 && pi.interval != 4096:
+			return badUsage("--interval %d: want 512 or 4096 (the default)", pi.interval)
+		case size%pi.interval != 0:
+			return badUsage("--pi %s: --size %d is not a multiple of the protection interval %d (--interval: 512, or 4096 by default)", pi.mode, size, pi.interval)
 		}
 	default:
-		return fmt.Errorf("--pi %q: want none, insert, strip or pass", pi.mode)
+		return badUsage("--pi %q: want none, insert, strip or pass", pi.mode)
 	}
 	return nil
 }
@@ -297,7 +324,10 @@ func waitRegistration(e *perfEnd, what string) error {
 	wcs := make([]verbs.WC, 4)
 	deadline := time.Now().Add(5 * time.Second)
 	for got := 0; got < 1; {
-		n, _ := e.cq.Poll(wcs)
+		n, err := e.cq.Poll(wcs)
+		if err != nil {
+			return fmt.Errorf("%s: %w", what, err)
+		}
 		for _, wc := range wcs[:n] {
 			if wc.Status != verbs.WCSuccess {
 				return fmt.Errorf("%s: %v", what, wc.Status)
@@ -492,7 +522,10 @@ func (r *perfRecv) post(n int) error {
 
 // repost replaces the receives that completed.
 func (r *perfRecv) repost() error {
-	k, _ := r.e.cq.Poll(r.wcs)
+	k, err := r.e.cq.Poll(r.wcs)
+	if err != nil {
+		return err
+	}
 	for _, wc := range r.wcs[:k] {
 		if wc.Status != verbs.WCSuccess {
 			return fmt.Errorf("receive completion %v", wc.Status)
@@ -538,7 +571,10 @@ func perfLoop(a *perfEnd, wr verbs.SendWR, size, qd int, dur time.Duration, piMo
 			}
 			outstanding += len(batch)
 		}
-		n, _ := a.cq.Poll(wcs)
+		n, err := a.cq.Poll(wcs)
+		if err != nil {
+			return nil, err // the daemon went away: nothing more completes
+		}
 		if n == 0 {
 			// Give the device's goroutines this P rather than waking another
 			// thread for them: a busy poll that never yields makes every

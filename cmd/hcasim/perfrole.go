@@ -2,11 +2,17 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"os"
+	"os/signal"
+	"sync"
+	"syscall"
 	"time"
+
+	"golang.org/x/sync/errgroup"
 
 	"github.com/hcasim/hcasim/hca/verbs"
 )
@@ -59,27 +65,54 @@ type perfServerResult struct {
 }
 
 // perfServe waits at peer for one client, serves its run and returns when
-// the client is done.
-func perfServe(open func() (*verbs.Context, error), peer string, asJSON bool, stdout, progress io.Writer) error {
-	if fi, err := os.Lstat(peer); err == nil && fi.Mode()&os.ModeSocket != 0 {
-		os.Remove(peer) // a stale rendezvous socket
-	}
-	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: peer, Net: "unix"})
+// the client is done. It stops with an error, removing its socket, when
+// the daemon goes away or on SIGINT, SIGTERM or SIGHUP.
+func perfServe(open func() (*verbs.Context, error), peer string, asJSON bool, stdout, progress io.Writer) (err error) {
+	// The daemon first: a server without one has nothing to offer, and the
+	// context held while waiting tells when the daemon goes away.
+	vctx, err := open()
 	if err != nil {
 		return fmt.Errorf("perf server: %w", err)
 	}
-	defer l.Close()
+	defer vctx.Close()
+	l, err := perfListen(peer)
+	if err != nil {
+		return fmt.Errorf("perf server: %w", err)
+	}
+	w := newPerfWatch(vctx, l)
+	defer func() {
+		w.finish() // closes the listener (removing the socket) and the connection
+		werr := w.reason()
+		if werr == nil && err != nil && vctx.Err() != nil {
+			// The client's end came first, but the daemon is why.
+			werr = fmt.Errorf("the daemon went away: %w", vctx.Err())
+		}
+		if werr != nil {
+			err = fmt.Errorf("perf server: %w", werr)
+		}
+	}()
 	fmt.Fprintf(progress, "perf server: waiting for a client at %s\n", peer)
-	c, err := l.AcceptUnix()
-	if err != nil {
-		return fmt.Errorf("perf server: %w", err)
-	}
-	defer c.Close()
-	dec, enc := json.NewDecoder(c), json.NewEncoder(c)
+	var c *net.UnixConn
+	var dec *json.Decoder
 	var h perfHello
-	if err := dec.Decode(&h); err != nil {
-		return fmt.Errorf("perf server: the client's hello: %w", err)
+	for {
+		if c, err = l.AcceptUnix(); err != nil {
+			return fmt.Errorf("perf server: %w", err)
+		}
+		w.setConn(c)
+		dec = json.NewDecoder(c)
+		err = dec.Decode(&h)
+		if err == nil {
+			break
+		}
+		c.Close()
+		if !errors.Is(err, io.EOF) {
+			return fmt.Errorf("perf server: the client's hello: %w", err)
+		}
+		// Closed without a word: another server that looked whether
+		// this one is alive, not a client.
 	}
+	enc := json.NewEncoder(c)
 	pi := perfPI{mode: h.PI, interval: h.Interval}
 	op, ok := perfOps[h.Op]
 	if !ok {
@@ -89,7 +122,7 @@ func perfServe(open func() (*verbs.Context, error), peer string, asJSON bool, st
 	}
 	if err != nil {
 		enc.Encode(perfAccept{Err: err.Error()})
-		return fmt.Errorf("perf server: the client asked: %w", err)
+		return fmt.Errorf("perf server: the client asked: %v", err) // the client's usage, not this one's
 	}
 	// Receives for several rounds of the client's queue: the client may
 	// post a SEND as soon as an earlier one completed, before this side
@@ -99,9 +132,8 @@ func perfServe(open func() (*verbs.Context, error), peer string, asJSON bool, st
 	if op == verbs.WRSend {
 		rq = min(8*h.QD, 4096)
 	}
-	b, err := perfSide(open, 1, rq, perfBufSize(h.Size))
+	b, err := perfSide(func() (*verbs.Context, error) { return vctx, nil }, 1, rq, perfBufSize(h.Size))
 	if err == nil {
-		defer b.ctx.Close()
 		err = b.qp.Connect(h.QP, nil)
 	}
 	acc := perfAccept{Wire: h.Size}
@@ -130,25 +162,31 @@ func perfServe(open func() (*verbs.Context, error), peer string, asJSON bool, st
 	}
 	fmt.Fprintf(progress, "perf server: serving %s of %d bytes at QD %d (PI %s)\n", h.Op, h.Size, h.QD, h.PI)
 
-	done := make(chan error, 1)
 	var d perfDone
-	go func() { done <- dec.Decode(&d) }()
 	var loopErr error
-	for waiting := true; waiting; {
-		if recv == nil {
-			loopErr = <-done
-			break
-		}
-		select {
-		case loopErr = <-done:
-			waiting = false
-		default:
-			before := recv.got
-			if err := recv.repost(); err != nil {
-				return fmt.Errorf("perf server: %w", err)
-			}
-			if recv.got == before {
-				time.Sleep(20 * time.Microsecond)
+	if recv == nil {
+		loopErr = dec.Decode(&d)
+	} else {
+		// The client's last line arrives while this side keeps its
+		// receive queue stocked. The decoder ends with the connection,
+		// which the deferred finish closes at the latest.
+		done := make(chan error, 1)
+		var g errgroup.Group
+		g.Go(func() error { done <- dec.Decode(&d); return nil })
+		defer g.Wait()
+		defer c.Close()
+		for waiting := true; waiting; {
+			select {
+			case loopErr = <-done:
+				waiting = false
+			default:
+				before := recv.got
+				if err := recv.repost(); err != nil {
+					return fmt.Errorf("perf server: %w", err)
+				}
+				if recv.got == before {
+					time.Sleep(20 * time.Microsecond)
+				}
 			}
 		}
 	}
@@ -175,6 +213,104 @@ func perfServe(open func() (*verbs.Context, error), peer string, asJSON bool, st
 	}
 	fmt.Fprintf(stdout, "perf server: the client completed %d %s operations; %d SENDs received\n", r.Ops, r.Op, r.Received)
 	return nil
+}
+
+// perfListen listens at the rendezvous socket peer. A socket already there
+// that answers is another server's (an error); one that does not is stale
+// and goes.
+func perfListen(peer string) (*net.UnixListener, error) {
+	if fi, err := os.Lstat(peer); err == nil {
+		if fi.Mode()&os.ModeSocket == 0 {
+			return nil, fmt.Errorf("%s exists and is not a socket", peer)
+		}
+		if c, err := net.Dial("unix", peer); err == nil {
+			c.Close()
+			return nil, fmt.Errorf("another perf server is waiting at %s (give this one its own --peer)", peer)
+		}
+		os.Remove(peer) // a stale rendezvous socket
+	}
+	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: peer, Net: "unix"})
+	if errors.Is(err, syscall.EADDRINUSE) {
+		return nil, fmt.Errorf("another perf server is waiting at %s (give this one its own --peer): %w", peer, err)
+	}
+	return l, err
+}
+
+// perfWatch ends a perf server's wait when the daemon goes away or a
+// signal comes: it records why and closes the listener (which removes
+// the socket) and the client's connection, so that what blocks on them
+// returns.
+type perfWatch struct {
+	l        *net.UnixListener
+	finished chan struct{}
+	g        errgroup.Group
+
+	mu      sync.Mutex
+	why     error
+	stopped bool
+	conn    net.Conn
+}
+
+func newPerfWatch(vctx *verbs.Context, l *net.UnixListener) *perfWatch {
+	w := &perfWatch{l: l, finished: make(chan struct{})}
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
+	w.g.Go(func() error {
+		defer signal.Stop(sig)
+		var why error
+		select {
+		case <-w.finished:
+			return nil
+		case s := <-sig:
+			why = fmt.Errorf("stopped by %v", s)
+		case <-vctx.Lost():
+			why = fmt.Errorf("the daemon went away: %w", vctx.Err())
+		}
+		w.stop(why)
+		return nil
+	})
+	return w
+}
+
+// stop records why (the first reason) and closes what the server waits on.
+func (w *perfWatch) stop(why error) {
+	w.mu.Lock()
+	if w.stopped {
+		w.mu.Unlock()
+		return
+	}
+	w.stopped, w.why = true, why
+	c := w.conn
+	w.mu.Unlock()
+	w.l.Close()
+	if c != nil {
+		c.Close()
+	}
+}
+
+// setConn tells the watch the connection to close (at once if it stopped).
+func (w *perfWatch) setConn(c net.Conn) {
+	w.mu.Lock()
+	stopped := w.stopped
+	w.conn = c
+	w.mu.Unlock()
+	if stopped {
+		c.Close()
+	}
+}
+
+// reason returns why the watch stopped the server, or nil.
+func (w *perfWatch) reason() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.why
+}
+
+// finish ends the watch and closes the listener and the connection.
+func (w *perfWatch) finish() {
+	close(w.finished)
+	w.g.Wait()
+	w.stop(nil)
 }
 
 // perfClient finds the server at peer (waiting up to 10 s for it to

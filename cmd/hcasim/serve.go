@@ -17,24 +17,27 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/hcasim/hcasim/hca"
 	"github.com/hcasim/hcasim/hca/remote"
 	"github.com/hcasim/hcasim/roce"
 )
 
 var serveOpts struct {
-	socket *string
-	caps   *string
-	level  *string
-	grace  *time.Duration
-	poll   *time.Duration
-	prof   *string
-	roce   *string
-	pcap   *string
-	lid    *uint
-	stats  *time.Duration
-	rcSrc  *string
-	faults faultFlags
+	socket  *string
+	readyFD *int
+	caps    *string
+	level   *string
+	grace   *time.Duration
+	poll    *time.Duration
+	prof    *string
+	roce    *string
+	pcap    *string
+	lid     *uint
+	stats   *time.Duration
+	rcSrc   *string
+	faults  faultFlags
 }
 
 // faultFlags are serve's fault injection flags (hca.Faults).
@@ -81,10 +84,11 @@ func parseRoCEAddr(s string) (netip.AddrPort, error) {
 var serveCmd = &command{
 	name:    "serve",
 	summary: "run the device as a daemon on a Unix socket: every client process is a function of one shared HCA",
-	usage:   "[--socket PATH] [--caps PRESET] [--log-level LEVEL] [--grace D] [--poll D] [--cpuprofile FILE] [--roce ADDR[:PORT] [--pcap FILE] [--loss P] [--dup P] [--reorder P] [--corrupt P] [--corrupt-payload P] [--delay P] [--delay-time D]] [--lid N] [--stats D] [--rc-source strict|hardware]",
+	usage:   "[--socket PATH] [--ready-fd N] [--caps PRESET] [--log-level LEVEL] [--grace D] [--poll D] [--cpuprofile FILE] [--roce ADDR[:PORT] [--pcap FILE] [--loss P] [--dup P] [--reorder P] [--corrupt P] [--corrupt-payload P] [--delay P] [--delay-time D]] [--lid N] [--stats D] [--rc-source strict|hardware]",
 	example: "hcasim serve --socket /tmp/a.sock --roce 127.0.0.2 --pcap a.pcap --loss 0.01",
 	flags: func(fs *flag.FlagSet) {
-		serveOpts.socket = fs.String("socket", "hcasim.sock", "the socket's path (created mode 0600)")
+		serveOpts.socket = fs.String("socket", "hcasim.sock", fmt.Sprintf("the socket's path (created mode 0600; at most %d bytes). Once it listens, the daemon prints \"hcasim serve: listening on PATH\" as its first line on standard output", maxSocketPath))
+		serveOpts.readyFD = fs.Int("ready-fd", -1, "once the socket listens, write a newline to this inherited file descriptor (3 or more) and close it: a readiness signal for a supervisor or a script (-1: none)")
 		serveOpts.caps = fs.String("caps", "cx5", "capability preset: "+strings.Join(presetNames(), ", "))
 		serveOpts.level = fs.String("log-level", "info", "debug, info, warn or error (logs go to standard error)")
 		serveOpts.poll = fs.Duration("poll", 50*time.Microsecond, "how long a QP's send engine polls its send counter after its last work before it sleeps until a doorbell (0: no polling)")
@@ -95,7 +99,7 @@ var serveCmd = &command{
 		serveOpts.rcSrc = fs.String("rc-source", "strict", "strict: an RC QP serves only its connected peer; hardware: any request whose QPN and PSN fit, as RNICs do (QP injection possible)")
 		serveOpts.stats = fs.Duration("stats", 0, "log the port counters this often (0: only at exit)")
 		serveOpts.faults.register(fs)
-		serveOpts.grace = fs.Duration("grace", 500*time.Millisecond, "on SIGINT/SIGTERM, how long clients get to see their flush completions before connections close")
+		serveOpts.grace = fs.Duration("grace", 500*time.Millisecond, "on SIGINT, SIGTERM or SIGHUP, how long clients get to see their flush completions before connections close")
 	},
 	run: runServe,
 }
@@ -138,19 +142,49 @@ func presetNames() []string {
 // accepts connections (tests).
 var serveReady func(path string)
 
+// maxSocketPath is the longest Unix socket path: sun_path holds 108 bytes
+// on Linux, the terminating NUL included.
+const maxSocketPath = len(unix.RawSockaddrUnix{}.Path) - 1
+
+// checkSocketPath refuses a --socket path that cannot be bound.
+func checkSocketPath(path string) error {
+	switch {
+	case path == "":
+		return badUsage("--socket \"\": give the socket's path, such as --socket /tmp/hcasim.sock")
+	case len(path) > maxSocketPath:
+		return badUsage("--socket: a path of %d bytes, over the Unix socket limit of %d (%d with the terminating NUL): choose a shorter one", len(path), maxSocketPath, maxSocketPath+1)
+	}
+	return nil
+}
+
 func runServe(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) error {
 	if len(args) != 0 {
 		fmt.Fprintf(stderr, "hcasim serve: unexpected arguments %q\n", args)
 		fs.Usage()
 		return errUsage
 	}
+	path := *serveOpts.socket
+	if err := checkSocketPath(path); err != nil {
+		return err
+	}
+	var ready *os.File
+	if fd := *serveOpts.readyFD; fd != -1 {
+		if fd < 3 {
+			return badUsage("--ready-fd %d: want an inherited descriptor of 3 or more (0, 1 and 2 are standard input, output and error)", fd)
+		}
+		if _, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0); err != nil {
+			return badUsage("--ready-fd %d: not an open descriptor (%v)", fd, err)
+		}
+		ready = os.NewFile(uintptr(fd), "ready-fd")
+		defer ready.Close()
+	}
 	preset, ok := capsPresets[*serveOpts.caps]
 	if !ok {
-		return fmt.Errorf("--caps %q: want one of %s", *serveOpts.caps, strings.Join(presetNames(), ", "))
+		return badUsage("--caps %q: want one of %s", *serveOpts.caps, strings.Join(presetNames(), ", "))
 	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(*serveOpts.level)); err != nil {
-		return fmt.Errorf("--log-level %q: want debug, info, warn or error", *serveOpts.level)
+		return badUsage("--log-level %q: want debug, info, warn or error", *serveOpts.level)
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 	if *serveOpts.prof != "" {
@@ -166,10 +200,10 @@ func runServe(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) error {
 	}
 	caps := preset()
 	if *serveOpts.lid > 0xBFFF {
-		return fmt.Errorf("--lid %d: a unicast LID is 1..0xBFFF", *serveOpts.lid)
+		return badUsage("--lid %d: a unicast LID is 1..0xBFFF", *serveOpts.lid)
 	}
 	if *serveOpts.rcSrc != "strict" && *serveOpts.rcSrc != "hardware" {
-		return fmt.Errorf("--rc-source %q: want strict or hardware", *serveOpts.rcSrc)
+		return badUsage("--rc-source %q: want strict or hardware", *serveOpts.rcSrc)
 	}
 	dev := hca.New(hca.Options{Caps: &caps, Poll: *serveOpts.poll, LID: uint16(*serveOpts.lid), Logger: log.With("part", "device"),
 		RCSourceHardware: *serveOpts.rcSrc == "hardware"})
@@ -220,20 +254,29 @@ func runServe(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) error {
 	} else if *serveOpts.pcap != "" {
 		return errors.New("--pcap needs --roce (packets exist only on the wire)")
 	}
-	path := *serveOpts.socket
+	// The signals are caught before the socket exists: one that comes
+	// once it does removes it.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
+	defer stop()
 	l, err := remote.Listen(path)
 	if err != nil {
 		return err
 	}
 	srv := &remote.Server{Dev: dev, Log: log}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(l) }()
 	log.Info("serving", "socket", path, "caps", *serveOpts.caps, "lid", dev.LID(), "protocol", remote.Version)
-	fmt.Fprintf(stdout, "hcasim serve: device LID %d on %s (protocol version %d)\n", dev.LID(), path, remote.Version)
+	log.Debug("options", "poll", *serveOpts.poll, "grace", *serveOpts.grace, "rc-source", *serveOpts.rcSrc, "roce", *serveOpts.roce)
+	// The socket listens: clients may connect (the first accept queues them).
+	fmt.Fprintf(stdout, "hcasim serve: listening on %s (device LID %d, protocol version %d)\n", path, dev.LID(), remote.Version)
 	fmt.Fprintf(stdout, "  connect from Go with verbs.Dial(%q), or try: hcasim perf write --connect %s\n", path, path)
-	fmt.Fprintf(stdout, "  other languages: docs/PROTOCOL.md. Stop with Ctrl-C (SIGINT) or SIGTERM.\n")
+	fmt.Fprintf(stdout, "  other languages: docs/PROTOCOL.md. Stop with Ctrl-C (SIGINT), SIGTERM or SIGHUP.\n")
+	if ready != nil {
+		if _, err := ready.Write([]byte("\n")); err != nil {
+			log.Warn("--ready-fd", "err", err)
+		}
+		ready.Close()
+	}
 	if serveReady != nil {
 		serveReady(path)
 	}
