@@ -18,9 +18,10 @@ import (
 )
 
 type gen struct {
-	b    bytes.Buffer
-	nr   bool // non-reflected: reverse the bytes of each 16-byte chunk
-	copy bool // store every loaded chunk to DI as well
+	b      bytes.Buffer
+	nr     bool // non-reflected: reverse the bytes of each 16-byte chunk
+	copy   bool // store every loaded chunk to DI as well
+	blocks bool // a run of blocks: one CRC-16 per block (avx512 only)
 }
 
 func (g *gen) p(format string, args ...any) {
@@ -98,9 +99,40 @@ func (g *gen) header(name string) {
 	g.p("MOVQ out+%d(FP), DX", off+32)
 }
 
+// blocksHeader starts a kernel over a run of blocks:
+//
+//	func name(dst, src *byte, n, dstStride, srcStride, nb int, k *foldKeys, init *[2]uint64, out *uint16)
+//
+// nb ≥ 1 blocks of n bytes (n ≥ 64, a multiple of 16), block i at
+// src + i·srcStride, copied to dst + i·dstStride; the CRC of each, from
+// the register in init, goes to out[i]. R8..R13 hold n, the strides, the
+// count and the next block's addresses; each block runs the one-block
+// body with CX, SI and DI set.
+func (g *gen) blocksHeader(name string) {
+	fmt.Fprintf(&g.b, "\n// func %s(dst, src *byte, n, dstStride, srcStride, nb int, k *foldKeys, init *[2]uint64, out *uint16)\n", name)
+	fmt.Fprintf(&g.b, "TEXT ·%s(SB), NOSPLIT, $0-72\n", name)
+	g.p("MOVQ dst+0(FP), R12")
+	g.p("MOVQ src+8(FP), R11")
+	g.p("MOVQ n+16(FP), R8")
+	g.p("MOVQ dstStride+24(FP), R9")
+	g.p("MOVQ srcStride+32(FP), DX")
+	g.p("MOVQ nb+40(FP), R10")
+	g.p("MOVQ k+48(FP), AX")
+	g.p("MOVQ init+56(FP), BX")
+	g.p("MOVQ out+64(FP), R13")
+	g.label(name + "_block")
+	g.p("MOVQ R8, CX")
+	g.p("MOVQ R11, SI")
+	g.p("MOVQ R12, DI")
+}
+
 // avx512 emits a kernel for n >= 64, n a multiple of 16.
 func (g *gen) avx512(name string) {
-	g.header(name)
+	if g.blocks {
+		g.blocksHeader(name)
+	} else {
+		g.header(name)
+	}
 	L := func(s string) string { return name + "_" + s }
 	if g.nr {
 		g.p("VMOVDQU64 %d(AX), Z31", offShuf)
@@ -210,7 +242,18 @@ func (g *gen) avx512(name string) {
 	if g.nr {
 		g.barrettAVX()
 	}
-	g.p("VMOVDQU64 X0, (DX)")
+	if g.blocks {
+		// The block's CRC-16 to out[i]; on to the next block.
+		g.p("VMOVQ X0, CX")
+		g.p("MOVW CX, (R13)")
+		g.p("ADDQ $2, R13")
+		g.p("ADDQ DX, R11")
+		g.p("ADDQ R9, R12")
+		g.p("DECQ R10")
+		g.p("JNZ %s", L("block"))
+	} else {
+		g.p("VMOVDQU64 X0, (DX)")
+	}
 	g.p("VZEROUPPER")
 	g.p("RET")
 }
@@ -365,6 +408,10 @@ func main() {
 			}
 		}
 	}
+	// CRC-16 over runs of blocks, copying them (the PI paths' whole blocks).
+	g := &gen{nr: true, copy: true, blocks: true}
+	g.avx512("fold16CopyBlocksAVX512")
+	out.Write(g.b.Bytes())
 	if err := os.WriteFile("fold_amd64.s", []byte(strings.ReplaceAll(out.String(), "\t\n", "\n")), 0o644); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)

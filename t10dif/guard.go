@@ -14,11 +14,14 @@ import (
 //	func archCopyCRC16(id implID, crc uint16, dst, src []byte) uint16
 //	func archCRC64(id implID, crc uint64, p []byte) uint64
 //	func archCopyCRC64(id implID, crc uint64, dst, src []byte) uint64
+//	func archCopyCRC16Blocks(id implID, crc uint16, dst, src []byte, n, dstStride, srcStride int, out []uint16) bool
 //
 // archImpls returns the assembly implementations this CPU can run, fastest
 // first, each with every function set and a non-zero id; it is called once,
 // at package initialisation. init puts them in front of the generic
 // implementation, and the first entry becomes the one the package uses.
+// archCopyCRC16Blocks runs a whole run of blocks in one call where the
+// implementation can, and reports false otherwise.
 // The arch* functions run the implementation with that id; they are only
 // called with ids archImpls returned. The package calls them, not the
 // function values of Impl, because a call through a function value makes
@@ -119,6 +122,17 @@ func copyCRC16(crc uint16, dst, src []byte) uint16 {
 		return copyCRC16Generic(crc, dst, src)
 	}
 	return archCopyCRC16(useID, crc, dst, src)
+}
+
+// copyCRC16Blocks copies len(out) blocks of n bytes, block i from
+// src[i·srcStride:] to dst[i·dstStride:], and stores CRC16(crc, block i)
+// in out[i], in one call to the kernel; false (nothing done) where the
+// active implementation has none.
+func copyCRC16Blocks(crc uint16, dst, src []byte, n, dstStride, srcStride int, out []uint16) bool {
+	if useID == 0 {
+		return false
+	}
+	return archCopyCRC16Blocks(useID, crc, dst, src, n, dstStride, srcStride, out)
 }
 
 // copyCRC64NVMe copies src to dst and returns CRC64NVMe(crc, src).

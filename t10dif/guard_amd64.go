@@ -155,6 +155,25 @@ func fold64PCLMUL(src *byte, n int, k *foldKeys, init, out *[2]uint64)
 //go:noescape
 func fold64CopyPCLMUL(dst, src *byte, n int, k *foldKeys, init, out *[2]uint64)
 
+//go:noescape
+func fold16CopyBlocksAVX512(dst, src *byte, n, dstStride, srcStride, nb int, k *foldKeys, init *[2]uint64, out *uint16)
+
+// archCopyCRC16Blocks copies nb blocks of n bytes, block i from
+// src[i·srcStride:] to dst[i·dstStride:], and stores the CRC-16 of each,
+// from crc, in out[i]. It reports false, having done nothing, when the
+// implementation has no kernel for it (n must be at least 64 and a
+// multiple of 16); the caller then goes block by block.
+func archCopyCRC16Blocks(id implID, crc uint16, dst, src []byte, n, dstStride, srcStride int, out []uint16) bool {
+	nb := len(out)
+	if isa(id-1) != isaAVX512 || n < minAVX512 || n%16 != 0 || nb == 0 ||
+		len(src) < (nb-1)*srcStride+n || len(dst) < (nb-1)*dstStride+n {
+		return false
+	}
+	init := [2]uint64{0, uint64(crc) << 48}
+	fold16CopyBlocksAVX512(&dst[0], &src[0], n, dstStride, srcStride, nb, keys16, &init, &out[0])
+	return true
+}
+
 // Below these lengths the table code is as fast as setting up the vectors.
 const (
 	minAVX512 = 64

@@ -13,3 +13,6 @@ func archCRC64(implID, uint64, []byte) uint64 { panic("t10dif: no assembly imple
 func archCopyCRC64(implID, uint64, []byte, []byte) uint64 {
 	panic("t10dif: no assembly implementations")
 }
+func archCopyCRC16Blocks(implID, uint16, []byte, []byte, int, int, int, []uint16) bool {
+	return false
+}
