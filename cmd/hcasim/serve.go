@@ -208,6 +208,7 @@ func runServe(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) error {
 	dev := hca.New(hca.Options{Caps: &caps, Poll: *serveOpts.poll, LID: uint16(*serveOpts.lid), Logger: log.With("part", "device"),
 		RCSourceHardware: *serveOpts.rcSrc == "hardware"})
 	defer dev.Close()
+	roceLine := "" // printed after the first line, which says the socket listens
 	if *serveOpts.roce != "" {
 		addr, err := parseRoCEAddr(*serveOpts.roce)
 		if err != nil {
@@ -234,7 +235,7 @@ func runServe(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) error {
 		if err := dev.ListenRoCE(wo); err != nil {
 			return err
 		}
-		fmt.Fprintf(stdout, "hcasim serve: RoCEv2 port %v, GID %v\n", addr, netip.AddrFrom16(dev.GID()))
+		roceLine = fmt.Sprintf("hcasim serve: RoCEv2 port %v, GID %v\n", addr, netip.AddrFrom16(dev.GID()))
 		defer func() { log.Info("port counters", dev.Counters().LogAttrs()...) }()
 		if d := *serveOpts.stats; d > 0 {
 			tick := time.NewTicker(d)
@@ -269,6 +270,7 @@ func runServe(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) error {
 	log.Debug("options", "poll", *serveOpts.poll, "grace", *serveOpts.grace, "rc-source", *serveOpts.rcSrc, "roce", *serveOpts.roce)
 	// The socket listens: clients may connect (the first accept queues them).
 	fmt.Fprintf(stdout, "hcasim serve: listening on %s (device LID %d, protocol version %d)\n", path, dev.LID(), remote.Version)
+	fmt.Fprint(stdout, roceLine)
 	fmt.Fprintf(stdout, "  connect from Go with verbs.Dial(%q), or try: hcasim perf write --connect %s\n", path, path)
 	fmt.Fprintf(stdout, "  other languages: docs/PROTOCOL.md. Stop with Ctrl-C (SIGINT), SIGTERM or SIGHUP.\n")
 	if ready != nil {
