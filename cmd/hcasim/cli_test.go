@@ -3,7 +3,9 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -311,14 +313,17 @@ func TestServeReadyAndSignals(t *testing.T) {
 		fd    bool
 		level string
 		sig   syscall.Signal
+		extra []string
 	}{
-		{"stdout line, SIGHUP", false, "debug", syscall.SIGHUP},
-		{"ready fd, SIGTERM", true, "info", syscall.SIGTERM},
-		{"ready fd, SIGINT", true, "debug", syscall.SIGINT},
+		{"stdout line, SIGHUP", false, "debug", syscall.SIGHUP, nil},
+		{"stdout line first with --roce", false, "info", syscall.SIGTERM,
+			[]string{"--roce", fmt.Sprintf("127.%d.%d.4", 1+rand.IntN(254), rand.IntN(256))}},
+		{"ready fd, SIGTERM", true, "info", syscall.SIGTERM, nil},
+		{"ready fd, SIGINT", true, "debug", syscall.SIGINT, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			sock := filepath.Join(t.TempDir(), "d.sock")
-			args := []string{"serve", "--socket", sock, "--log-level", tc.level, "--grace", "0s"}
+			args := append([]string{"serve", "--socket", sock, "--log-level", tc.level, "--grace", "0s"}, tc.extra...)
 			var extra []*os.File
 			var r *os.File
 			if tc.fd {
