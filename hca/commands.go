@@ -1,10 +1,12 @@
 package hca
 
 import (
+	"bytes"
 	"fmt"
 
 	"github.com/hcasim/hcasim/cq"
 	"github.com/hcasim/hcasim/klm"
+	"github.com/hcasim/hcasim/psv"
 	"github.com/hcasim/hcasim/sq"
 	"github.com/hcasim/hcasim/umr"
 )
@@ -416,7 +418,9 @@ func (f *Func) createPSV(in In) Out {
 			f.nextPSV = (f.nextPSV + 1) & 0xFFFFFF
 		}
 		p := &PSV{index: f.nextPSV, pd: pd}
+		f.psvMu.Lock()
 		f.psvs[p.index] = p
+		f.psvMu.Unlock()
 		o.Put32(PSVOutIdx+4*i, p.index)
 	}
 	return Out(o)
@@ -429,17 +433,56 @@ func (f *Func) destroyPSV(idx uint32) Out {
 	if p == nil {
 		return failOut(StatusBadResource, idx, "no PSV %#x", idx)
 	}
+	f.psvMu.Lock()
 	delete(f.psvs, idx)
+	f.psvMu.Unlock()
 	f.pdRef(p.pd, -1)
 	f.uncharge(psvCost)
 	return okOut(0)
 }
 
-// psv returns the PSV at idx of this function, or nil.
+// psv returns the PSV at idx of this function, or nil. It takes only
+// psvMu: the mkey table's check calls it with the table locked.
 func (f *Func) psv(idx uint32) *PSV {
-	f.mu.Lock()
-	defer f.mu.Unlock()
+	f.psvMu.RLock()
+	defer f.psvMu.RUnlock()
 	return f.psvs[idx]
+}
+
+// checkMkey is the mkey table's check (klm.Table.SetCheck) of a context a
+// UMR is about to publish: a signature key's BSF must name, for each
+// domain with PI, a PSV of this function in the key's PD. Another
+// function's PSV index is, here, an index this function does not have;
+// a UMR naming one fails with a local protection error (as SET_PSV on it
+// does) rather than running the key's accesses on a seed nobody set. A
+// BSF the model cannot decode is left to fail at use (CONFORMANCE.md).
+// It runs when the BSF, the PD or the free state changes, not on an
+// invalidation.
+func (f *Func) checkMkey(_ uint32, cur, next *klm.Mkey) error {
+	if next.Free || !next.BSFEnabled || len(next.BSF) != psv.BSFSize {
+		return nil
+	}
+	if !cur.Free && cur.PD == next.PD && bytes.Equal(cur.BSF, next.BSF) {
+		return nil
+	}
+	s, err := psv.Decode(next.BSF, 0, 0)
+	if err != nil {
+		return nil
+	}
+	b := psv.BSF(next.BSF).Fields()
+	for _, d := range []struct {
+		pi   bool
+		idx  uint32
+		name string
+	}{{s.Mem.HasPI(), b.MemPSV, "memory"}, {s.Wire.HasPI(), b.WirePSV, "wire"}} {
+		if !d.pi {
+			continue
+		}
+		if p := f.psv(d.idx); p == nil || p.pd != next.PD {
+			return fmt.Errorf("the BSF's %s domain names PSV %#x, which is not the function's in PD %#x: %w", d.name, d.idx, next.PD, klm.ErrBadAccess)
+		}
+	}
+	return nil
 }
 
 var _ = sq.WQEBBSize

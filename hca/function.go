@@ -87,7 +87,8 @@ type Func struct {
 	cqs      map[uint32]*CQ
 	nextCQN  uint32
 	qps      map[uint32]*QP
-	psvs     map[uint32]*PSV
+	psvs     map[uint32]*PSV // changed with mu and psvMu held; psv reads it with psvMu
+	psvMu    sync.RWMutex
 	nextPSV  uint32
 	dmaNext  uint64
 	dma      map[uint64][]byte
@@ -106,7 +107,7 @@ type Func struct {
 func newFunc(d *Device) *Func {
 	mem := klm.NewMemory()
 	mem.Limit = d.caps.MaxMappedBytes
-	return &Func{
+	f := &Func{
 		dev:      d,
 		mem:      mem,
 		mkeys:    klm.NewTable(d.caps.Mkey, mem),
@@ -123,6 +124,8 @@ func newFunc(d *Device) *Func {
 		evSig:    make(chan struct{}, 1),
 		sigErrs:  map[uint32]*sigState{},
 	}
+	f.mkeys.SetCheck(f.checkMkey)
+	return f
 }
 
 // Device returns the function's device.

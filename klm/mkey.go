@@ -207,7 +207,16 @@ type Table struct {
 	chunks []atomic.Pointer[chunk]
 	next   uint32 // allocation hint, under mu
 	count  uint32 // mkeys created, under mu
+	check  func(index uint32, cur, next *Mkey) error
 }
+
+// SetCheck installs a check every Update runs on the context it is about
+// to publish (with the table's lock held: check must not wait for a lock
+// held by a caller of the table): the device's rules on what a context
+// may name outside the table, such as a BSF's PSVs. An error leaves the
+// table unchanged and is returned by Update. Set it before the table is
+// used.
+func (t *Table) SetCheck(check func(index uint32, cur, next *Mkey) error) { t.check = check }
 
 // reserved is the mkey behind ReservedLKey.
 var reserved = &Mkey{
@@ -325,6 +334,11 @@ func (t *Table) Update(index uint32, build func(cur *Mkey) (*Mkey, error)) error
 	}
 	if err := next.parse(&t.caps); err != nil {
 		return fmt.Errorf("update mkey %#x: %w", index, err)
+	}
+	if t.check != nil {
+		if err := t.check(index, cur, next); err != nil {
+			return fmt.Errorf("update mkey %#x: %w", index, err)
+		}
 	}
 	t.slot(index).Store(next)
 	return nil

@@ -10,6 +10,7 @@ import (
 	"github.com/hcasim/hcasim/hca"
 	"github.com/hcasim/hcasim/hca/verbs"
 	"github.com/hcasim/hcasim/klm"
+	"github.com/hcasim/hcasim/psv"
 	"github.com/hcasim/hcasim/sq"
 	"github.com/hcasim/hcasim/umr"
 )
@@ -353,4 +354,95 @@ func TestCrossClientDoorbellRecords(t *testing.T) {
 	}
 	ea := loopback(t, a, false)
 	writeWorks(t, "A after B's attempts", ea, a, foreign, abig.RKey, big[3<<20:])
+}
+
+// sigUMR registers an integrity MR of n on e (T10-DIF inserted on the
+// wire) and returns the MR and a copy of the signature UMR WQE the driver
+// posted for it (the one with a BSF), after invalidating the key again.
+func sigUMR(t testing.TB, n *node, e *endpoint) (*verbs.MR, []byte) {
+	t.Helper()
+	mr, err := n.pd.AllocMRIntegrity(4096, 64)
+	require.NoError(t, err)
+	require.NoError(t, mr.MapSGPI([]verbs.SGE{n.mr.SGE(0, 4096)}, nil))
+	require.NoError(t, mr.SetSigAttrs(verbs.SigAttrs{CheckMask: 0xFF, Wire: verbs.SigDomain{Type: verbs.SigTypeT10DIF, BgType: verbs.BgCRC,
+		PIInterval: 512, RefTag: 1, RefRemap: true, ApptagCheckMask: 0xFFFF}}))
+	mr.IncKey()
+	from := e.qp.CurPost()
+	post(t, e, verbs.SendWR{WRID: 60, Opcode: verbs.WRRegMRIntegrity, Flags: verbs.SendSignaled, MR: mr,
+		Access: verbs.AccessLocalWrite | verbs.AccessRemoteWrite | verbs.AccessRemoteRead})
+	var umrWQE []byte
+	for _, w := range e.qp.PostedWQEs(from) {
+		if w.Ctrl.Opcode == sq.OpUMR && w.Ctrl.Imm == mr.RKey && len(w.Bytes) == 4*sq.WQEBBSize {
+			umrWQE = w.Bytes
+		}
+	}
+	require.NotNil(t, umrWQE, "the signature UMR among the WQEs posted")
+	// One completion per signaled UMR: the signature UMR's, and the PI-MR
+	// UMR's when the data needs a translation.
+	require.Equal(t, verbs.WCSuccess, one(t, e.scq).Status, "REG_MR_INTEGRITY")
+	time.Sleep(10 * time.Millisecond)
+	wcs := make([]verbs.WC, 4)
+	k, err := e.scq.Poll(wcs)
+	require.NoError(t, err)
+	for _, wc := range wcs[:k] {
+		require.Equal(t, verbs.WCSuccess, wc.Status, "REG_MR_INTEGRITY")
+	}
+	post(t, e, verbs.SendWR{WRID: 61, Opcode: verbs.WRLocalInv, Flags: verbs.SendSignaled, InvalidateRKey: mr.RKey})
+	require.Equal(t, verbs.WCSuccess, one(t, e.scq).Status, "LOCAL_INV of the signature key")
+	return mr, umrWQE
+}
+
+// repostUMR posts the signature UMR wqe again on e, signaled, with the
+// BSF's wire PSV index replaced by psvIdx.
+func repostUMR(t testing.TB, e *endpoint, wqe []byte, psvIdx uint32, wrid uint64) {
+	t.Helper()
+	w := append([]byte(nil), wqe...)
+	c := sq.CtrlSeg(w).Fields()
+	c.WQEIndex, c.QPN, c.CE = e.qp.CurPost(), e.qp.QPN(), sq.CECQUpdate
+	sq.CtrlSeg(w).Encode(&c)
+	bsf := psv.BSF(w[sq.CtrlSegSize+umr.CtrlSegSize+umr.MkeySegSize+64:][:psv.BSFSize])
+	f := bsf.Fields()
+	require.NotZero(t, f.WirePSV, "the driver's BSF names a wire PSV")
+	f.WirePSV = psvIdx
+	bsf.Encode(&f)
+	require.NoError(t, e.qp.PostRawWQE(w, wrid))
+}
+
+// TestCrossClientBSF: a signature UMR whose BSF names another client's
+// PSV index (one the poster does not have) fails with a local protection
+// error and leaves the key as it was (free); with the poster's own PSV
+// the same UMR succeeds. A's PSVs stay A's: A destroys them.
+func TestCrossClientBSF(t *testing.T) {
+	p := newCrossPair(t)
+	a, b := p.a, p.b
+	apsv := append(createPSVs(t, a.ctx, a.pd.Handle(), 4), createPSVs(t, a.ctx, a.pd.Handle(), 4)...)
+	foreign := apsv[len(apsv)-1]
+	eb := loopback(t, b, true)
+	mr, wqe := sigUMR(t, b, eb)
+	require.Less(t, psv.BSF(wqe[sq.CtrlSegSize+umr.CtrlSegSize+umr.MkeySegSize+64:]).Fields().WirePSV, foreign, "A's PSV index is not one of B's")
+
+	repostUMR(t, eb, wqe, foreign, 1)
+	wc := one(t, eb.scq)
+	assert.Equal(t, verbs.WCLocProtErr, wc.Status, "B's signature UMR naming A's PSV index: %+v", wc)
+	// A PSV of B's in another PD is refused the same way.
+	pd2, err := b.ctx.AllocPD()
+	require.NoError(t, err)
+	other := createPSVs(t, b.ctx, pd2.Handle(), 1)[0]
+	eb = loopback(t, b, true)
+	repostUMR(t, eb, wqe, other, 2)
+	assert.Equal(t, verbs.WCLocProtErr, one(t, eb.scq).Status, "B's signature UMR naming a PSV of another PD")
+	// The key is still free: an access through it fails.
+	eb2 := loopback(t, b, false)
+	post(t, eb2, write(3, b.mr.SGE(0, 512), 0, mr.RKey))
+	assert.NotEqual(t, verbs.WCSuccess, one(t, eb2.scq).Status, "a WRITE through the key the refused UMRs named")
+	// B's own PSV: the UMR goes through.
+	own := psv.BSF(wqe[sq.CtrlSegSize+umr.CtrlSegSize+umr.MkeySegSize+64:]).Fields().WirePSV
+	eb = loopback(t, b, true)
+	repostUMR(t, eb, wqe, own, 4)
+	assert.Equal(t, verbs.WCSuccess, one(t, eb.scq).Status, "B's signature UMR with its own PSV")
+
+	for _, i := range apsv {
+		out := command(a.ctx, hca.NewIn(hca.CmdDestroyPSV, hca.PSVIdxOff+4).Put32(hca.PSVIdxOff, i))
+		require.Equal(t, hca.StatusOK, out.Status(), "A destroys its PSV %d: %v", i, out.Err(hca.CmdDestroyPSV))
+	}
 }
