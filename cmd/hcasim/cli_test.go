@@ -292,6 +292,9 @@ func TestServeArgs(t *testing.T) {
 		{[]string{"--socket", "x.sock", "--ready-fd", "999"}, "--ready-fd 999: not an open descriptor"},
 		{[]string{"--socket", "x.sock", "--caps", "cx9"}, `--caps "cx9": want one of`},
 		{[]string{"--socket", "x.sock", "--log-level", "loud"}, `--log-level "loud"`},
+		{[]string{"--socket", "x.sock", "--pcap", "x.pcap"}, "--pcap needs --roce"},
+		{[]string{"--socket", "x.sock", "--roce", "nonsense"}, `--roce "nonsense": want ADDR or ADDR:PORT`},
+		{[]string{"--socket", "x.sock", "--roce", "127.0.0.1", "--loss", "2"}, "fault rates (--loss"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			code, _, errOut := runCLI(append([]string{"serve"}, tc.args...)...)

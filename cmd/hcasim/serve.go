@@ -63,7 +63,7 @@ func (f *faultFlags) faults() (hca.Faults, error) {
 		Delay: *f.delay, DelayTime: *f.delayTime, Seed: *f.seed}
 	for _, r := range []float64{out.Loss, out.Duplicate, out.Reorder, out.Corrupt, out.CorruptPayload, out.Delay} {
 		if r < 0 || r > 1 {
-			return out, errors.New("fault rates are fractions from 0 to 1")
+			return out, badUsage("fault rates (--loss, --dup, --reorder, --corrupt, --corrupt-payload, --delay) are fractions from 0 to 1")
 		}
 	}
 	return out, nil
@@ -76,7 +76,7 @@ func parseRoCEAddr(s string) (netip.AddrPort, error) {
 	}
 	a, err := netip.ParseAddr(strings.Trim(s, "[]"))
 	if err != nil {
-		return netip.AddrPort{}, fmt.Errorf("--roce %q: want ADDR or ADDR:PORT (e.g. 127.0.0.2 or [::1]:4791)", s)
+		return netip.AddrPort{}, badUsage("--roce %q: want ADDR or ADDR:PORT (e.g. 127.0.0.2 or [::1]:4791)", s)
 	}
 	return netip.AddrPortFrom(a, roce.UDPPort), nil
 }
@@ -253,7 +253,7 @@ func runServe(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) error {
 			}()
 		}
 	} else if *serveOpts.pcap != "" {
-		return errors.New("--pcap needs --roce (packets exist only on the wire)")
+		return badUsage("--pcap needs --roce (packets exist only on the wire)")
 	}
 	// The signals are caught before the socket exists: one that comes
 	// once it does removes it.
