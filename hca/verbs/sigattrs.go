@@ -6,9 +6,10 @@ import (
 )
 
 // FieldError is an invalid argument with the field it is about: a
-// signature attribute ("Wire.PIInterval"), a scatter entry ("data[1].LKey")
-// or a work request's part. It wraps ErrInvalid, so errors.Is(err,
-// ErrInvalid) holds for it; errors.As gives the field.
+// signature attribute ("Wire.PIInterval", from SetSigAttrs or a
+// registration) or a scatter entry of MapSGPI ("data[1].LKey"). It wraps
+// ErrInvalid, so errors.Is(err, ErrInvalid) holds for it; errors.As gives
+// the field.
 type FieldError struct {
 	// Field names the field as a Go expression from the argument, e.g.
 	// "Mem.PIInterval" or "meta[0].Addr".
