@@ -219,19 +219,7 @@ func (c *conn) serve() {
 			c.send(Encode(nil, TypeError, 0, errorPayload(StatusBadMessage, "message too large")))
 			return
 		}
-		if ferr != nil {
-			closeFDs(fds)
-			// The refusal answers this request: echo its id (an ERROR with
-			// id 0 is about the connection as a whole, and a client ends
-			// it). A header too short to carry an id leaves 0.
-			var id uint32
-			if n >= HeaderSize {
-				id = binary.BigEndian.Uint32(buf[4:8])
-			}
-			c.send(Encode(nil, TypeError, id, errorPayload(StatusBadFD, ferr.Error())))
-			continue
-		}
-		reply, fatal := c.handle(buf[:n], fds)
+		reply, fatal := c.handle(buf[:n], fds, ferr)
 		if debug {
 			logMessage(log, buf[:n], reply)
 		}
@@ -279,8 +267,14 @@ func (c *conn) send(msg []byte) error {
 
 // handle executes one message and returns the reply (nil: none), and
 // whether the connection must close. It owns fds: each is consumed or
-// closed.
-func (c *conn) handle(p []byte, fds []int) (reply []byte, fatal bool) {
+// closed. ferr is a failure to take the descriptors (too many).
+//
+// The checks come in the order PROTOCOL.md §3 gives ("Order of checks"):
+// the header, the descriptors, HELLO first, then the payload (length,
+// fields, reserved fields), the descriptor's use, and last the state and
+// limits; the first that fails answers, and a refused message has no
+// effect.
+func (c *conn) handle(p []byte, fds []int, ferr error) (reply []byte, fatal bool) {
 	defer closeFDs(fds) // MAP_MEM takes its descriptor out first
 	h, pl, err := Decode(p)
 	if err != nil {
@@ -288,6 +282,9 @@ func (c *conn) handle(p []byte, fds []int) (reply []byte, fatal bool) {
 	}
 	fail := func(st Status, format string, args ...any) ([]byte, bool) {
 		return Encode(nil, TypeError, h.ID, errorPayload(st, fmt.Sprintf(format, args...))), false
+	}
+	if ferr != nil {
+		return fail(StatusBadFD, "%v", ferr)
 	}
 	if h.Type != TypeMapMem && len(fds) > 0 {
 		return fail(StatusBadFD, "%v carries no descriptor", h.Type)
@@ -310,6 +307,9 @@ func (c *conn) handle(p []byte, fds []int) (reply []byte, fatal bool) {
 	case TypeMapMem:
 		if len(pl) != mapSize {
 			return fail(StatusBadMessage, "MAP_MEM payload of %d bytes", len(pl))
+		}
+		if err := mapFields(be64(pl), be32(pl[8:]), be32(pl[12:])); err != nil {
+			return fail(StatusBadMessage, "%v", err)
 		}
 		if len(fds) != 1 {
 			return fail(StatusBadFD, "MAP_MEM with %d descriptors, want 1", len(fds))
@@ -362,6 +362,9 @@ func (c *conn) hello(h Header, pl []byte) ([]byte, bool) {
 	}
 	if len(pl) != helloSize || be32(pl) != Magic {
 		return refuse(StatusBadMessage, "HELLO needs the magic HCAS")
+	}
+	if r := binary.BigEndian.Uint16(pl[6:]); r != 0 {
+		return refuse(StatusBadMessage, fmt.Sprintf("HELLO's reserved field is %#x, not 0", r))
 	}
 	if v := binary.BigEndian.Uint16(pl[4:]); v != Version {
 		return refuse(StatusBadVersion, fmt.Sprintf("version %d; this daemon speaks %d", v, Version))
@@ -418,11 +421,23 @@ func (c *conn) events(fn *hca.Func) {
 	}
 }
 
-// mapMem maps a client's memfd and makes it the function's DMA memory.
-func (c *conn) mapMem(fd int, size uint64, align uint32) (uint64, Status, error) {
+// mapFields checks a MAP_MEM's fields: size, alignment, reserved.
+func mapFields(size uint64, align, reserved uint32) error {
 	if size == 0 || size > 1<<40 || uint64(int(size)) != size || align == 0 || align&(align-1) != 0 || align > 1<<30 {
-		return 0, StatusBadMessage, fmt.Errorf("map of %d bytes aligned %d", size, align)
+		return fmt.Errorf("map of %d bytes aligned %d", size, align)
 	}
+	if reserved != 0 {
+		return fmt.Errorf("MAP_MEM's reserved field is %#x, not 0", reserved)
+	}
+	return nil
+}
+
+// mapMem maps a client's memfd and makes it the function's DMA memory
+// (the fields were checked, mapFields). What the descriptor itself rules
+// out — no shrink seal, a write seal, not open read-write, not a regular
+// file, too small — is BAD_FD; NO_MEMORY is only the daemon's limits and
+// resources.
+func (c *conn) mapMem(fd int, size uint64, align uint32) (uint64, Status, error) {
 	// A client that could shrink the file would turn the daemon's next
 	// access into SIGBUS: the memfd must be sealed against shrinking.
 	// The seal is checked before the size: seals are never removed, so a
@@ -432,6 +447,12 @@ func (c *conn) mapMem(fd int, size uint64, align uint32) (uint64, Status, error)
 	seals, err := unix.FcntlInt(uintptr(fd), unix.F_GET_SEALS, 0)
 	if err != nil || seals&unix.F_SEAL_SHRINK == 0 {
 		return 0, StatusBadFD, errors.New("the memfd is not sealed with F_SEAL_SHRINK")
+	}
+	if seals&(unix.F_SEAL_WRITE|unix.F_SEAL_FUTURE_WRITE) != 0 {
+		return 0, StatusBadFD, errors.New("the memfd is sealed against writing: the device could not write it")
+	}
+	if fl, err := unix.FcntlInt(uintptr(fd), unix.F_GETFL, 0); err != nil || fl&unix.O_ACCMODE != unix.O_RDWR {
+		return 0, StatusBadFD, errors.New("the descriptor is not open for reading and writing")
 	}
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG || uint64(st.Size) < size {
@@ -468,6 +489,11 @@ func (c *conn) mapMem(fd int, size uint64, align uint32) (uint64, Status, error)
 	}
 	p, err := unix.MmapPtr(fd, 0, addr, uintptr(size), unix.PROT_READ|unix.PROT_WRITE, flags)
 	if err != nil {
+		if errors.Is(err, unix.EACCES) || errors.Is(err, unix.EPERM) || errors.Is(err, unix.ENODEV) {
+			// The descriptor cannot be mapped shared and writable (the
+			// checks above should have caught it).
+			return 0, StatusBadFD, fmt.Errorf("mmap: %w", err)
+		}
 		return 0, StatusNoMemory, fmt.Errorf("mmap: %w", err)
 	}
 	mem := unsafe.Slice((*byte)(p), int(size))
