@@ -446,3 +446,58 @@ func TestCrossClientBSF(t *testing.T) {
 		require.Equal(t, hca.StatusOK, out.Status(), "A destroys its PSV %d: %v", i, out.Err(hca.CmdDestroyPSV))
 	}
 }
+
+// TestCrossClientQPN: QP numbers are device-wide, so B can name A's QP
+// exactly: QUERY_QP, every modify command, DESTROY_QP, RING_SQ and
+// RING_RQ of it, and PD, mkey and PSV numbers A has in B's commands, all
+// fail with BAD_RESOURCE (or, for doorbells, do nothing); A's QP keeps
+// its state and works.
+func TestCrossClientQPN(t *testing.T) {
+	p := newCrossPair(t)
+	a, b := p.a, p.b
+	ea, ea2 := a.ep(t, nil), a.ep(t, nil)
+	connectEPs(t, ea, ea2, nil, nil)
+	qpn := ea.qp.QPN()
+	in := func(op uint16, n int) hca.In { return hca.NewIn(op, n).Put32(hca.QPNOff, qpn) }
+	for _, op := range []uint16{hca.CmdQueryQP, hca.CmdDestroyQP} {
+		out := command(b.ctx, in(op, hca.QPNOff+4))
+		assert.Equal(t, hca.StatusBadResource, out.Status(), "B's command %#x on A's QP %#x", op, qpn)
+	}
+	for _, op := range []uint16{hca.CmdRST2INIT, hca.CmdINIT2INIT, hca.CmdINIT2RTR, hca.CmdRTR2RTS, hca.CmdRTS2RTS, hca.CmdSQERR2RTS,
+		hca.Cmd2ERR, hca.Cmd2RST, hca.CmdSQD2RTS, hca.CmdRTS2SQD} {
+		out := command(b.ctx, in(op, hca.QPModifyGIDSize))
+		assert.Equal(t, hca.StatusBadResource, out.Status(), "B's modify %#x of A's QP %#x", op, qpn)
+	}
+	bfn := b.ctx.Function()
+	bfn.RingSQ(qpn)
+	bfn.RingRQ(qpn)
+	// A's PD, mkey and PSV numbers that B does not have.
+	for range 4 {
+		_, err := a.ctx.AllocPD()
+		require.NoError(t, err)
+	}
+	apd, err := a.ctx.AllocPD()
+	require.NoError(t, err)
+	amr := moreMRs(t, a, 6, 0)
+	apsv := createPSVs(t, a.ctx, a.pd.Handle(), 4)
+	idx := klm.Key(amr.LKey).Index()
+	for _, c := range []struct {
+		name string
+		in   hca.In
+	}{
+		{"DEALLOC_PD", hca.NewIn(hca.CmdDeallocPD, hca.PDOff+4).Put32(hca.PDOff, apd.Handle())},
+		{"DESTROY_MKEY", hca.NewIn(hca.CmdDestroyMkey, hca.MkeyIdxOff+4).Put32(hca.MkeyIdxOff, idx)},
+		{"QUERY_MKEY", hca.NewIn(hca.CmdQueryMkey, hca.MkeyIdxOff+4).Put32(hca.MkeyIdxOff, idx)},
+		{"CREATE_MKEY in A's PD", mkeyOver(apd.Handle(), b.mr.Addr, 4096)},
+		{"CREATE_PSV in A's PD", hca.NewIn(hca.CmdCreatePSV, hca.PSVInPDNum+4).Put32(hca.PSVInPDNum, 1<<28|apd.Handle())},
+		{"DESTROY_PSV", hca.NewIn(hca.CmdDestroyPSV, hca.PSVIdxOff+4).Put32(hca.PSVIdxOff, apsv[3])},
+	} {
+		out := command(b.ctx, c.in)
+		assert.Equal(t, hca.StatusBadResource, out.Status(), "B's %s with A's number: %v", c.name, out.Err(hca.CmdCreateMkey))
+	}
+	out := command(a.ctx, in(hca.CmdQueryQP, hca.QPNOff+4))
+	require.Equal(t, hca.StatusOK, out.Status())
+	require.Equal(t, uint8(hca.StateRTS), out[hca.QPOutState], "A's QP, as the device has it, after B's commands")
+	writeWorks(t, "A's QP after B named it", ea, a, amr.Addr, amr.RKey, amr.Buf)
+	require.NoError(t, apd.Dealloc(), "A's PD B named")
+}
