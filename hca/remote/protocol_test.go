@@ -110,7 +110,15 @@ func TestReservedFields(t *testing.T) {
 		r.expectError(fmt.Sprintf("HELLO with reserved %#x", v), 1, remote.StatusBadMessage)
 		r.expectClosed("HELLO with a reserved field set")
 	}
+	// Another version with the field set: BAD_VERSION (the version is
+	// checked first; another version may use the field).
 	r := dialRaw(t, path)
+	p := helloPayload(remote.Magic, remote.Version+1)
+	p[7] = 1
+	r.mustSend(remote.Encode(nil, remote.TypeHello, 2, p))
+	r.expectError("HELLO of another version with reserved set", 2, remote.StatusBadVersion)
+	r.expectClosed("HELLO of another version")
+	r = dialRaw(t, path)
 	r.hello()
 	for i, v := range []uint32{1, 0x80000000} {
 		p := mapPayload(4096, 4096)

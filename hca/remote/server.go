@@ -363,11 +363,12 @@ func (c *conn) hello(h Header, pl []byte) ([]byte, bool) {
 	if len(pl) != helloSize || be32(pl) != Magic {
 		return refuse(StatusBadMessage, "HELLO needs the magic HCAS")
 	}
+	if v := binary.BigEndian.Uint16(pl[4:]); v != Version {
+		// Before the reserved field: another version may use it.
+		return refuse(StatusBadVersion, fmt.Sprintf("version %d; this daemon speaks %d", v, Version))
+	}
 	if r := binary.BigEndian.Uint16(pl[6:]); r != 0 {
 		return refuse(StatusBadMessage, fmt.Sprintf("HELLO's reserved field is %#x, not 0", r))
-	}
-	if v := binary.BigEndian.Uint16(pl[4:]); v != Version {
-		return refuse(StatusBadVersion, fmt.Sprintf("version %d; this daemon speaks %d", v, Version))
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
