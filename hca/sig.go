@@ -217,10 +217,24 @@ var errSigStream = errors.New("hca: signature transform failed")
 // report of it is not one either.
 func (sa *sigAccess) run(dst, src [][]byte) (*t10dif.Error, error) {
 	cfg := sa.sig.Config(sa.toWire, sa.first)
+	// A strided memory domain whose blocks' data and metadata each lie
+	// back to back (the kernel's DIX layout: a data buffer and a
+	// metadata buffer) runs as one separate domain over the two runs:
+	// whole runs of blocks per kernel call instead of two segments per
+	// block.
+	var metaIn, metaOut []byte
+	if sa.toWire {
+		if data, meta, ok := dixRuns(src, &cfg.In); ok {
+			cfg.In.Separate, src, metaIn = true, [][]byte{data}, meta
+		}
+	} else if data, meta, ok := dixRuns(dst, &cfg.Out); ok {
+		cfg.Out.Separate, dst, metaOut = true, [][]byte{data}, meta
+	}
 	st := &sa.stream
 	if err := st.Init(&cfg); err != nil {
 		return nil, fmt.Errorf("%w: %w", errSigStream, err)
 	}
+	st.SetMeta(metaIn, metaOut)
 	if err := pump(st, dst, src); err != nil {
 		return st.FirstError(), fmt.Errorf("%w: %w", errSigStream, err)
 	}
@@ -235,6 +249,47 @@ func (sa *sigAccess) run(dst, src [][]byte) (*t10dif.Error, error) {
 		return e, fmt.Errorf("%w: %w", errSigStream, err)
 	}
 	return e, nil
+}
+
+// dixRuns reports whether segs, the memory side of an access through an
+// interleaved domain d, are whole blocks given as (data, metadata) segment
+// pairs whose data segments follow each other in one backing array and
+// whose metadata segments do too, and returns the two runs. Adjacency is
+// judged within a backing array (a segment's capacity reaching the next
+// one), so the runs are ordinary slices of the memory the segments came
+// from.
+func dixRuns(segs [][]byte, d *t10dif.Domain) (data, meta []byte, ok bool) {
+	if !d.HasPI() || d.Separate || len(segs) < 4 || len(segs)%2 != 0 {
+		return nil, nil, false
+	}
+	iv, m := d.Interval, d.Meta()
+	data, meta = segs[0], segs[1]
+	for i := 0; i < len(segs); i += 2 {
+		ds, ms := segs[i], segs[i+1]
+		if len(ds) != iv || len(ms) != m {
+			return nil, nil, false
+		}
+		if i > 0 {
+			var okD, okM bool
+			if data, okD = extend(data, ds); !okD {
+				return nil, nil, false
+			}
+			if meta, okM = extend(meta, ms); !okM {
+				return nil, nil, false
+			}
+		}
+	}
+	return data, meta, true
+}
+
+// extend returns run grown by next when next starts where run ends in
+// the same backing array.
+func extend(run, next []byte) ([]byte, bool) {
+	n := len(run)
+	if cap(run)-n < len(next) || len(next) == 0 || &run[:n+1][n] != &next[0] {
+		return run, false
+	}
+	return run[:n+len(next)], true
 }
 
 // pump feeds src through st into dst, segment by segment. It returns the

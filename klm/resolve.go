@@ -206,7 +206,11 @@ func (t *Table) resolveDense(segs [][]byte, r *repeat, pd uint32, off, n uint64,
 		take := min(e.len-in, n)
 		if take > 0 {
 			a := e.va + cyc*e.stride + in - base[j]
-			segs = append(segs, pieces[j][a:a+take:a+take])
+			// The segment's capacity runs to the end of the entry's
+			// piece (bytes this access covers anyway, in later cycles),
+			// so that a consumer can tell one cycle's segment continues
+			// the previous one and take the run as one (hca's DIX runs).
+			segs = append(segs, pieces[j][a:a+take])
 		}
 		off, n = off+take, n-take
 	}
