@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/hcasim/hcasim/hca"
 	"github.com/hcasim/hcasim/hca/verbs"
@@ -41,12 +40,11 @@ const (
 	ieMetaLen = ieBlocks * 8    // the PI in memory (DIX)
 	ieRef     = 0x1000          // ref tag of block 0, incremented per block
 	ieApp     = 0x1234          // app tag
-	ieAcc     = verbs.AccessLocalWrite | verbs.AccessRemoteRead | verbs.AccessRemoteWrite
-	ieHData   = 0     // host buffer: data
-	ieHMeta   = 8192  // host buffer: PI (DIX)
-	iePStream = 0     // peer buffer: the wire stream
-	iePData   = 16384 // peer buffer: data behind the peer's own signature key
-	ieSpare   = 32768 // either buffer: scratch
+	ieHData   = 0               // host buffer: data
+	ieHMeta   = 8192            // host buffer: PI (DIX)
+	iePStream = 0               // peer buffer: the wire stream
+	iePData   = 16384           // peer buffer: data behind the peer's own signature key
+	ieSpare   = 32768           // either buffer: scratch
 )
 
 // ieWire is the T10-DIF domain of the group (the NVMe host's recipe: CRC
@@ -64,9 +62,6 @@ var (
 	ieInsertStrip = verbs.SigAttrs{CheckMask: 0xFF, Wire: ieWire}
 	iePass        = verbs.SigAttrs{CheckMask: 0xFF, Mem: ieWire, Wire: ieWire}
 )
-
-// ieIntegrity shapes an endpoint whose QP may post signature WRs.
-var ieIntegrity = &epOpts{integrity: true}
 
 // ieStream returns data with PI inserted, as the wire carries it.
 func ieStream(t testing.TB, data []byte) []byte {
@@ -103,93 +98,6 @@ func ieCorrupt(typ verbs.SigErrType, w []byte, k int) (exp, act uint32) {
 		bad := 0xBAD00000 | uint32(k)
 		binary.BigEndian.PutUint32(tuple[4:], bad)
 		return ieRef + uint32(k), bad
-	}
-}
-
-// ieAlloc allocates an integrity MR.
-func ieAlloc(t testing.TB, n *node, maxData, maxMeta int) *verbs.MR {
-	t.Helper()
-	mr, err := n.pd.AllocMRIntegrity(maxData, maxMeta)
-	if err != nil {
-		t.Fatalf("alloc integrity mr %d+%d: %v", maxData, maxMeta, err)
-	}
-	return mr
-}
-
-// ieRegister maps data and meta into mr, sets its attributes, bumps its
-// key and registers it with a signaled REG_MR_INTEGRITY (one WQE signaled
-// in PA mode), waiting for the completion. It returns the new key.
-func ieRegister(t testing.TB, e *ep, mr *verbs.MR, data, meta []verbs.SGE, a verbs.SigAttrs, wrid uint64) uint32 {
-	t.Helper()
-	if err := mr.MapSGPI(data, meta); err != nil {
-		t.Fatalf("map sg pi: %v", err)
-	}
-	mr.SetSigAttrs(a)
-	mr.IncKey()
-	iePostReg(t, e, mr, wrid)
-	return mr.RKey
-}
-
-// iePostReg posts a signaled REG_MR_INTEGRITY of mr as it is and waits
-// for its successful completion.
-func iePostReg(t testing.TB, e *ep, mr *verbs.MR, wrid uint64) {
-	t.Helper()
-	e.post(verbs.SendWR{WRID: wrid, Opcode: verbs.WRRegMRIntegrity, Flags: verbs.SendSignaled, MR: mr, Access: ieAcc})
-	check(t, "REG_MR_INTEGRITY", poll1(t, e.scq), want{wrid: wrid, op: verbs.WCRegMR, len: anyLen})
-}
-
-// ieInv posts a signaled LOCAL_INV of key and waits for it.
-func ieInv(t testing.TB, e *ep, key uint32, wrid uint64) {
-	t.Helper()
-	e.post(verbs.SendWR{WRID: wrid, Opcode: verbs.WRLocalInv, Flags: verbs.SendSignaled, InvalidateRKey: key})
-	check(t, "LOCAL_INV", poll1(t, e.scq), want{wrid: wrid, op: verbs.WCLocalInv, len: anyLen})
-}
-
-// ieWantErr polls e's send CQ, which carries the signature error CQE
-// (and must yield no work completion), until CheckMRStatus reports an
-// error, compares it with w, and checks that it is reported only once.
-func ieWantErr(t testing.TB, what string, e *ep, mr *verbs.MR, w verbs.SigErr) {
-	t.Helper()
-	wcs := make([]verbs.WC, 8)
-	deadline := time.Now().Add(waitFor)
-	for {
-		k, err := e.scq.Poll(wcs)
-		if err != nil {
-			t.Fatalf("%s: poll: %v", what, err)
-		}
-		if k > 0 {
-			t.Errorf("%s: the signature error CQ yielded work completions %s", what, fmtWCs(wcs[:k]))
-		}
-		got, err := mr.CheckMRStatus()
-		if err != nil {
-			t.Fatalf("%s: check mr status: %v", what, err)
-		}
-		if got != nil {
-			if *got != w {
-				t.Errorf("%s: CheckMRStatus = {%v expected %#x actual %#x offset %d (block %d) key %#x}, want {%v expected %#x actual %#x offset %d (block %d) key %#x}",
-					what, got.Type, got.Expected, got.Actual, got.Offset, got.Offset/ieWB, got.Key,
-					w.Type, w.Expected, w.Actual, w.Offset, w.Offset/ieWB, w.Key)
-			}
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Errorf("%s: no signature error reported in %v; want %v at offset %d", what, waitFor, w.Type, w.Offset)
-			return
-		}
-		time.Sleep(200 * time.Microsecond)
-	}
-	if got, err := mr.CheckMRStatus(); got != nil || err != nil {
-		t.Errorf("%s: a second CheckMRStatus = %+v, %v; want the error cleared", what, got, err)
-	}
-}
-
-// ieWantNoErr drains e's send CQ (no work completion may come) and checks
-// that mr reports no signature error.
-func ieWantNoErr(t testing.TB, what string, e *ep, mr *verbs.MR) {
-	t.Helper()
-	quietCQ(t, e.scq, quiet, what)
-	if got, err := mr.CheckMRStatus(); got != nil || err != nil {
-		t.Errorf("%s: CheckMRStatus = %+v, %v; want no error", what, got, err)
 	}
 }
 
@@ -328,14 +236,13 @@ func ieRunCase(t *testing.T, s *suite, a, b *node, c ieCase, seed byte) {
 	badData, badMeta := ieSplit(bad)
 	_, goodMeta := ieSplit(good)
 
-	ea, eb := a.ep(ieIntegrity), b.ep(ieIntegrity)
-	connect(t, ea, eb, nil, nil)
-	hm := ieAlloc(t, a, 2, 2)
+	ea, eb := sigLink(t, a, b)
+	hm := ea.sigMR(2, 2)
 	hdata, hmeta := a.buf[ieHData:ieHData+ieDataLen], a.buf[ieHMeta:ieHMeta+ieMetaLen]
 	pstream, pdata := b.buf[iePStream:iePStream+ieWLen], b.buf[iePData:iePData+ieDataLen]
 	attrs, meta := ieInsertStrip, []verbs.SGE(nil)
 	if c.pass {
-		attrs, meta = iePass, []verbs.SGE{a.mr.SGE(ieHMeta, ieMetaLen)}
+		attrs, meta = iePass, a.sg(ieHMeta, ieMetaLen)
 	}
 	clear(pstream)
 	clear(pdata)
@@ -354,15 +261,15 @@ func ieRunCase(t *testing.T, s *suite, a, b *node, c ieCase, seed byte) {
 	default:
 		copy(pstream, bad)
 	}
-	ieRegister(t, ea, hm, []verbs.SGE{a.mr.SGE(ieHData, ieDataLen)}, meta, attrs, 1)
+	hm.regWait(a.sg(ieHData, ieDataLen), meta, attrs, 1)
 	// Who detects: the host's key, except for data corrupted after it
 	// left the host: the peer's key that receives it.
-	det, detMR := ea, hm
-	var pm *verbs.MR
+	detMR := hm
+	var pm *sigMR
 	if c.gather && c.wire {
-		pm = ieAlloc(t, b, 1, 1)
-		ieRegister(t, eb, pm, []verbs.SGE{b.mr.SGE(iePData, ieDataLen)}, nil, ieInsertStrip, 2)
-		det, detMR = eb, pm
+		pm = eb.sigMR(1, 1)
+		pm.regWait(b.sg(iePData, ieDataLen), nil, ieInsertStrip, 2)
+		detMR = pm
 	}
 	var hooked func() int
 	if c.wire {
@@ -375,46 +282,40 @@ func ieRunCase(t *testing.T, s *suite, a, b *node, c ieCase, seed byte) {
 		})
 	}
 
-	lsge := verbs.SGE{Addr: 0, Length: ieWLen, LKey: hm.LKey} // the host's key as an lkey: wire offsets
+	lsge := hm.wireSGE(0, ieWLen) // the host's key as an lkey: wire offsets
 	switch {
 	case c.gather && c.send:
 		dst := b.mr.SGE(iePStream, ieWLen)
 		if pm != nil {
-			dst = verbs.SGE{Addr: 0, Length: ieWLen, LKey: pm.LKey}
+			dst = pm.wireSGE(0, ieWLen)
 		}
 		eb.recv(rwr(11, dst))
-		ea.post(send(10, lsge))
-		check(t, "SEND from the signature lkey", poll1(t, ea.scq), want{wrid: 10, op: verbs.WCSend, len: anyLen})
-		check(t, "receive of the SEND", poll1(t, eb.rcq), want{wrid: 11, op: verbs.WCRecv, len: ieWLen})
+		ea.run("SEND from the signature lkey", send(10, lsge), anyLen)
+		eb.recvOK("receive of the SEND", 11, ieWLen)
 	case c.send:
 		ea.recv(rwr(11, lsge))
-		eb.post(send(10, b.mr.SGE(iePStream, ieWLen)))
-		check(t, "SEND", poll1(t, eb.scq), want{wrid: 10, op: verbs.WCSend, len: anyLen})
-		check(t, "receive into the signature lkey", poll1(t, ea.rcq), want{wrid: 11, op: verbs.WCRecv, len: ieWLen})
+		eb.run("SEND", send(10, b.mr.SGE(iePStream, ieWLen)), anyLen)
+		ea.recvOK("receive into the signature lkey", 11, ieWLen)
 	case c.gather && !c.remote:
 		raddr, rkey := b.mr.Addr+iePStream, b.mr.RKey
 		if pm != nil {
 			raddr, rkey = 0, pm.RKey
 		}
-		ea.post(write(10, lsge, raddr, rkey))
-		check(t, "RDMA WRITE from the signature lkey", poll1(t, ea.scq), want{wrid: 10, op: verbs.WCRDMAWrite, len: anyLen})
+		ea.run("RDMA WRITE from the signature lkey", write(10, lsge, raddr, rkey), anyLen)
 	case c.gather:
 		dst := b.mr.SGE(iePStream, ieWLen)
 		if pm != nil {
-			dst = verbs.SGE{Addr: 0, Length: ieWLen, LKey: pm.LKey}
+			dst = pm.wireSGE(0, ieWLen)
 		}
-		eb.post(read(10, dst, 0, hm.RKey))
-		check(t, "RDMA READ from the signature rkey", poll1(t, eb.scq), want{wrid: 10, op: verbs.WCRDMARead, len: ieWLen})
+		eb.run("RDMA READ from the signature rkey", read(10, dst, 0, hm.RKey), ieWLen)
 	case !c.remote:
-		ea.post(read(10, lsge, b.mr.Addr+iePStream, b.mr.RKey))
-		check(t, "RDMA READ into the signature lkey", poll1(t, ea.scq), want{wrid: 10, op: verbs.WCRDMARead, len: ieWLen})
+		ea.run("RDMA READ into the signature lkey", read(10, lsge, b.mr.Addr+iePStream, b.mr.RKey), ieWLen)
 	default:
-		eb.post(write(10, b.mr.SGE(iePStream, ieWLen), 0, hm.RKey))
-		check(t, "RDMA WRITE to the signature rkey", poll1(t, eb.scq), want{wrid: 10, op: verbs.WCRDMAWrite, len: anyLen})
+		eb.run("RDMA WRITE to the signature rkey", write(10, b.mr.SGE(iePStream, ieWLen), 0, hm.RKey), anyLen)
 	}
-	ieWantErr(t, "signature status", det, detMR, verbs.SigErr{Type: c.typ, Expected: exp, Actual: act, Offset: uint64(k * ieWB), Key: detMR.RKey})
+	detMR.wantErr("signature status", verbs.SigErr{Type: c.typ, Expected: exp, Actual: act, Offset: uint64(k * ieWB), Key: detMR.RKey})
 	if pm != nil {
-		ieWantNoErr(t, "the sender's key (its memory PI was good)", ea, hm)
+		hm.noErr("the sender's key (its memory PI was good)")
 	}
 	if hooked != nil {
 		if n := hooked(); n != 1 {
@@ -438,25 +339,21 @@ func ieRunCase(t *testing.T, s *suite, a, b *node, c ieCase, seed byte) {
 // ieInsertUnchecked: with no PI in memory there is nothing to check on the
 // way out: data corrupted in memory gets fresh PI, no error is reported.
 func ieInsertUnchecked(t *testing.T, s *suite) {
-	a, b := s.pair(t)
-	ea, eb := a.ep(ieIntegrity), b.ep(ieIntegrity)
-	connect(t, ea, eb, nil, nil)
-	hm := ieAlloc(t, a, 1, 1)
+	a, b, ea, eb := s.sigPair(t)
+	hm := ea.sigMR(1, 1)
 	data := pattern(ieDataLen, 0x21)
 	copy(a.buf[ieHData:], data)
-	ieRegister(t, ea, hm, []verbs.SGE{a.mr.SGE(ieHData, ieDataLen)}, nil, ieInsertStrip, 1)
+	hm.regWait(a.sg(ieHData, ieDataLen), nil, ieInsertStrip, 1)
 	a.buf[ieHData+4*ieIV+7] ^= 0x10 // "corrupted" in memory after registration
 	data[4*ieIV+7] ^= 0x10
 	for _, remote := range []bool{false, true} {
 		clear(b.buf[:ieWLen])
 		if remote {
-			eb.post(read(2, b.mr.SGE(0, ieWLen), 0, hm.RKey))
-			check(t, "READ", poll1(t, eb.scq), want{wrid: 2, op: verbs.WCRDMARead, len: ieWLen})
+			eb.run("READ", read(2, b.mr.SGE(0, ieWLen), 0, hm.RKey), ieWLen)
 		} else {
-			ea.post(write(3, verbs.SGE{Length: ieWLen, LKey: hm.LKey}, b.mr.Addr, b.mr.RKey))
-			check(t, "WRITE", poll1(t, ea.scq), want{wrid: 3, op: verbs.WCRDMAWrite, len: anyLen})
+			ea.run("WRITE", write(3, hm.wireSGE(0, ieWLen), b.mr.Addr, b.mr.RKey), anyLen)
 		}
-		ieWantNoErr(t, "insert over changed data", ea, hm)
+		hm.noErr("insert over changed data")
 		sameBytes(t, "wire stream", b.buf[:ieWLen], ieStream(t, data))
 		if err := t10dif.Verify(ieDom, t10dif.CheckAll, t10dif.Buf{Data: b.buf[:ieWLen]}); err != nil {
 			t.Errorf("the inserted stream does not verify: %v", err)
@@ -470,10 +367,8 @@ func ieInsertUnchecked(t *testing.T, s *suite) {
 // error count (expected_sigerr_count), with the key of that registration
 // and the offset in the key's wire domain.
 func ieRearm(t *testing.T, s *suite) {
-	a, b := s.pair(t)
-	ea, eb := a.ep(ieIntegrity), b.ep(ieIntegrity)
-	connect(t, ea, eb, nil, nil)
-	hm := ieAlloc(t, a, 1, 1)
+	a, b, ea, eb := s.sigPair(t)
+	hm := ea.sigMR(1, 1)
 	data := pattern(ieDataLen, 0x33)
 	good := ieStream(t, data)
 	wrid := uint64(0)
@@ -481,9 +376,9 @@ func ieRearm(t *testing.T, s *suite) {
 	reg := func() uint32 {
 		t.Helper()
 		if wrid > 0 {
-			ieInv(t, ea, hm.RKey, next())
+			ea.run("LOCAL_INV", localInv(next(), hm.RKey), anyLen)
 		}
-		return ieRegister(t, ea, hm, []verbs.SGE{a.mr.SGE(ieHData, ieDataLen)}, nil, ieInsertStrip, next())
+		return hm.regWait(a.sg(ieHData, ieDataLen), nil, ieInsertStrip, next())
 	}
 	// xfer has the peer WRITE the stream from block first on, with block k
 	// corrupted (k < 0: none), and returns the error it should give.
@@ -498,47 +393,44 @@ func ieRearm(t *testing.T, s *suite) {
 		copy(b.buf, w)
 		clear(a.buf[ieHData : ieHData+ieDataLen])
 		id := next()
-		eb.post(write(id, b.mr.SGE(first*ieWB, (ieBlocks-first)*ieWB), uint64(first*ieWB), hm.RKey))
-		check(t, "RDMA WRITE to the signature rkey", poll1(t, eb.scq), want{wrid: id, op: verbs.WCRDMAWrite, len: anyLen})
+		eb.run("RDMA WRITE to the signature rkey", write(id, b.mr.SGE(first*ieWB, (ieBlocks-first)*ieWB), uint64(first*ieWB), hm.RKey), anyLen)
 		d, _ := ieSplit(w)
 		sameBytes(t, "stripped data", a.buf[ieHData+first*ieIV:ieHData+ieDataLen], d[first*ieIV:])
 		return e
 	}
 	reg()
 	xfer(0, -1, 0)
-	ieWantNoErr(t, "a clean transfer", ea, hm)
+	hm.noErr("a clean transfer")
 
 	k1 := reg()
-	ieWantErr(t, "first error after a registration", ea, hm, xfer(0, 2, verbs.SigBadGuard))
+	hm.wantErr("first error after a registration", xfer(0, 2, verbs.SigBadGuard))
 	xfer(0, 4, verbs.SigBadAppTag)
-	ieWantNoErr(t, "second error of the same registration", ea, hm)
+	hm.noErr("second error of the same registration")
 
 	k2 := reg()
 	if k2 == k1 {
 		t.Errorf("re-registration kept key %#x", k1)
 	}
-	ieWantErr(t, "error after the second registration (from block 4)", ea, hm, xfer(4, 6, verbs.SigBadRefTag))
+	hm.wantErr("error after the second registration (from block 4)", xfer(4, 6, verbs.SigBadRefTag))
 
 	reg()
-	ieWantErr(t, "error after the third registration", ea, hm, xfer(0, 7, verbs.SigBadGuard))
+	hm.wantErr("error after the third registration", xfer(0, 7, verbs.SigBadGuard))
 
 	reg()
 	xfer(0, -1, 0)
-	ieWantNoErr(t, "a clean registration", ea, hm)
+	hm.noErr("a clean registration")
 	reg()
-	ieWantErr(t, "error after a clean registration", ea, hm, xfer(0, 0, verbs.SigBadAppTag))
+	hm.wantErr("error after a clean registration", xfer(0, 0, verbs.SigBadAppTag))
 	xfer(0, 1, verbs.SigBadGuard)
-	ieWantNoErr(t, "second error after a clean registration", ea, hm)
+	hm.noErr("second error after a clean registration")
 }
 
 // ieInsertPair sets up a host whose integrity MR (INSERT/STRIP) covers
 // data at ieHData, connected to a peer.
-func ieInsertPair(t testing.TB, s *suite) (a, b *node, ea, eb *ep, hm *verbs.MR, data []byte) {
+func ieInsertPair(t testing.TB, s *suite) (a, b *node, ea, eb *ep, hm *sigMR, data []byte) {
 	t.Helper()
-	a, b = s.pair(t)
-	ea, eb = a.ep(ieIntegrity), b.ep(ieIntegrity)
-	connect(t, ea, eb, nil, nil)
-	hm = ieAlloc(t, a, 1, 1)
+	a, b, ea, eb = s.sigPair(t)
+	hm = ea.sigMR(1, 1)
 	data = pattern(ieDataLen, 0x47)
 	copy(a.buf[ieHData:], data)
 	return a, b, ea, eb, hm, data
@@ -550,8 +442,7 @@ func ieReadOK(t testing.TB, what string, e *ep, rkey uint32, data []byte, wrid u
 	t.Helper()
 	buf := e.n.buf[ieSpare : ieSpare+ieWLen]
 	clear(buf)
-	e.post(read(wrid, e.n.mr.SGE(ieSpare, ieWLen), 0, rkey))
-	check(t, what, poll1(t, e.scq), want{wrid: wrid, op: verbs.WCRDMARead, len: ieWLen})
+	e.run(what, read(wrid, e.n.mr.SGE(ieSpare, ieWLen), 0, rkey), ieWLen)
 	sameBytes(t, what, buf, ieStream(t, data))
 }
 
@@ -560,8 +451,7 @@ func ieReadOK(t testing.TB, what string, e *ep, rkey uint32, data []byte, wrid u
 // serving QP goes to error.
 func ieReadFails(t testing.TB, what string, host, peer *node, rkey uint32, wrid uint64) {
 	t.Helper()
-	xh, xp := host.ep(ieIntegrity), peer.ep(ieIntegrity)
-	connect(t, xh, xp, nil, nil)
+	xh, xp := sigLink(t, host, peer)
 	xp.post(read(wrid, peer.mr.SGE(ieSpare, ieWLen), 0, rkey))
 	checkErr(t, what, poll1(t, xp.scq), wrid, verbs.WCRemAccessErr, xp.qp.QPN())
 	brokenResponder(t, xh, host.mr.SGE(ieSpare, 64))
@@ -573,13 +463,13 @@ func ieReadFails(t testing.TB, what string, host, peer *node, rkey uint32, wrid 
 // nothing: the old key still works, the new one does not.
 func ieReRegNoInv(t *testing.T, s *suite) {
 	a, b, ea, eb, hm, data := ieInsertPair(t, s)
-	key1 := ieRegister(t, ea, hm, []verbs.SGE{a.mr.SGE(ieHData, ieDataLen)}, nil, ieInsertStrip, 1)
+	key1 := hm.regWait(a.sg(ieHData, ieDataLen), nil, ieInsertStrip, 1)
 	ieReadOK(t, "READ through the first registration", eb, key1, data, 2)
-	ieWantNoErr(t, "status", ea, hm)
+	hm.noErr("status")
 
 	hm.IncKey()
 	key2 := hm.RKey
-	ea.post(verbs.SendWR{WRID: 3, Opcode: verbs.WRRegMRIntegrity, Flags: verbs.SendSignaled, MR: hm, Access: ieAcc},
+	ea.post(verbs.SendWR{WRID: 3, Opcode: verbs.WRRegMRIntegrity, Flags: verbs.SendSignaled, MR: hm.MR, Access: sigAccess},
 		write(4, a.mr.SGE(ieSpare, 8), b.mr.Addr+ieSpare, b.mr.RKey))
 	wcs := ieUntil(t, ea.scq, 4)
 	if w := wcs[0]; w.WRID != 3 || w.Status == verbs.WCSuccess || w.Status == verbs.WCWRFlushErr || w.QPN != ea.qp.QPN() {
@@ -598,10 +488,9 @@ func ieReRegNoInv(t *testing.T, s *suite) {
 	ea.recv(rwr(0xF2, a.mr.SGE(ieSpare, 64)))
 	checkErr(t, "receive posted after the failed REG", poll1(t, ea.rcq), 0xF2, verbs.WCWRFlushErr, ea.qp.QPN())
 	// A new QP pair: the first registration is intact.
-	xh, xp := a.ep(ieIntegrity), b.ep(ieIntegrity)
-	connect(t, xh, xp, nil, nil)
+	xh, xp := sigLink(t, a, b)
 	ieReadOK(t, "READ through the key of the registration the failed REG left", xp, key1, data, 5)
-	ieWantNoErr(t, "status after the failed REG", xh, hm)
+	hm.on(xh).noErr("status after the failed REG")
 	ieReadFails(t, "READ through the key of the failed REG", a, b, key2, 6)
 }
 
@@ -610,21 +499,21 @@ func ieReRegNoInv(t *testing.T, s *suite) {
 // nothing of it is. After the status check the same REG succeeds.
 func ieReRegNoCheck(t *testing.T, s *suite) {
 	a, _, ea, eb, hm, data := ieInsertPair(t, s)
-	key1 := ieRegister(t, ea, hm, []verbs.SGE{a.mr.SGE(ieHData, ieDataLen)}, nil, ieInsertStrip, 1)
+	key1 := hm.regWait(a.sg(ieHData, ieDataLen), nil, ieInsertStrip, 1)
 	ieReadOK(t, "READ through the registration", eb, key1, data, 2)
 	hm.IncKey()
 	postErr(t, "LOCAL_INV then REG_MR_INTEGRITY without a status check", ea.qp, []verbs.SendWR{
 		{WRID: 3, Opcode: verbs.WRLocalInv, Flags: verbs.SendSignaled, InvalidateRKey: key1},
-		{WRID: 4, Opcode: verbs.WRRegMRIntegrity, Flags: verbs.SendSignaled, MR: hm, Access: ieAcc},
+		{WRID: 4, Opcode: verbs.WRRegMRIntegrity, Flags: verbs.SendSignaled, MR: hm.MR, Access: sigAccess},
 	}, 1, verbs.ErrInvalid)
 	check(t, "LOCAL_INV", poll1(t, ea.scq), want{wrid: 3, op: verbs.WCLocalInv, len: anyLen})
 	quietCQ(t, ea.scq, quiet, "after the refused REG")
 	if e, err := hm.CheckMRStatus(); e != nil || err != nil {
 		t.Errorf("CheckMRStatus = %+v, %v; want no error", e, err)
 	}
-	iePostReg(t, ea, hm, 5)
+	hm.postReg(5)
 	ieReadOK(t, "READ through the registration after the status check", eb, hm.RKey, data, 6)
-	ieWantNoErr(t, "status", ea, hm)
+	hm.noErr("status")
 }
 
 // ieStaleKey: after a re-registration the old rkey fails with a remote
@@ -633,12 +522,12 @@ func ieReRegNoCheck(t *testing.T, s *suite) {
 // recorded key (mlx5_ib_check_mr_status).
 func ieStaleKey(t *testing.T, s *suite) {
 	a, b, ea, eb, hm, data := ieInsertPair(t, s)
-	sg := []verbs.SGE{a.mr.SGE(ieHData, ieDataLen)}
-	key1 := ieRegister(t, ea, hm, sg, nil, ieInsertStrip, 1)
+	sg := a.sg(ieHData, ieDataLen)
+	key1 := hm.regWait(sg, nil, ieInsertStrip, 1)
 	ieReadOK(t, "READ through the first key", eb, key1, data, 2)
-	ieWantNoErr(t, "status", ea, hm)
-	ieInv(t, ea, key1, 3)
-	key2 := ieRegister(t, ea, hm, sg, nil, ieInsertStrip, 4)
+	hm.noErr("status")
+	ea.run("LOCAL_INV", localInv(3, key1), anyLen)
+	key2 := hm.regWait(sg, nil, ieInsertStrip, 4)
 	if key2 == key1 || key2>>8 != key1>>8 {
 		t.Errorf("re-registered key %#x; want the index of %#x with another variant", key2, key1)
 	}
@@ -646,30 +535,28 @@ func ieStaleKey(t *testing.T, s *suite) {
 	ieReadOK(t, "READ through the current key", eb, key2, data, 6)
 	// The old variant as an lkey fails locally.
 	{
-		xh, xp := a.ep(ieIntegrity), b.ep(ieIntegrity)
-		connect(t, xh, xp, nil, nil)
+		xh, _ := sigLink(t, a, b)
 		xh.post(write(7, verbs.SGE{Length: ieWLen, LKey: key1}, b.mr.Addr+ieSpare, b.mr.RKey))
 		checkErr(t, "WRITE from the previous variant's lkey", poll1(t, xh.scq), 7, verbs.WCLocProtErr, xh.qp.QPN())
 	}
-	ieWantNoErr(t, "status", ea, hm)
+	hm.noErr("status")
 
 	// An app tag error at block 3 recorded under key3, checked after the
 	// key was bumped to key4.
-	ieInv(t, ea, key2, 8)
-	key3 := ieRegister(t, ea, hm, sg, nil, ieInsertStrip, 9)
+	ea.run("LOCAL_INV", localInv(8, key2), anyLen)
+	key3 := hm.regWait(sg, nil, ieInsertStrip, 9)
 	w := ieStream(t, data)
 	ieCorrupt(verbs.SigBadAppTag, w, 3)
 	copy(b.buf[ieSpare:], w)
-	eb.post(write(10, b.mr.SGE(ieSpare, ieWLen), 0, key3))
-	check(t, "WRITE with a bad app tag", poll1(t, eb.scq), want{wrid: 10, op: verbs.WCRDMAWrite, len: anyLen})
+	eb.run("WRITE with a bad app tag", write(10, b.mr.SGE(ieSpare, ieWLen), 0, key3), anyLen)
 	quietCQ(t, ea.scq, quiet, "the host's CQ with the signature error") // the driver records the error
 	hm.IncKey()
 	key4 := hm.RKey
-	ieWantErr(t, "error recorded under the previous variant", ea, hm, verbs.SigErr{Type: verbs.SigBadGuard, Offset: 0, Key: key3})
-	ieInv(t, ea, key3, 11)
-	iePostReg(t, ea, hm, 12)
+	hm.wantErr("error recorded under the previous variant", verbs.SigErr{Type: verbs.SigBadGuard, Offset: 0, Key: key3})
+	ea.run("LOCAL_INV", localInv(11, key3), anyLen)
+	hm.postReg(12)
 	ieReadOK(t, "READ through the key after it", eb, key4, data, 13)
-	ieWantNoErr(t, "status", ea, hm)
+	hm.noErr("status")
 }
 
 // iePostRefused: signature WRs the driver refuses at post (EINVAL,
@@ -680,13 +567,9 @@ func iePostRefused(t *testing.T, s *suite) {
 	a, b := s.pair(t)
 	plain, peer := a.ep(nil), b.ep(nil)
 	connect(t, plain, peer, nil, nil)
-	ea, eb := a.ep(ieIntegrity), b.ep(ieIntegrity)
-	connect(t, ea, eb, nil, nil)
-	hm := ieAlloc(t, a, 1, 1)
-	if err := hm.MapSGPI([]verbs.SGE{a.mr.SGE(ieHData, ieDataLen)}, nil); err != nil {
-		t.Fatalf("map sg pi: %v", err)
-	}
-	hm.SetSigAttrs(ieInsertStrip)
+	ea, eb := sigLink(t, a, b)
+	hm := ea.sigMR(1, 1)
+	hm.mapPI(a.sg(ieHData, ieDataLen), nil, ieInsertStrip)
 	hm.IncKey()
 	sig, err := a.pd.AllocMR(verbs.MRTypeSignature, 2)
 	if err != nil {
@@ -699,23 +582,22 @@ func iePostRefused(t *testing.T, s *suite) {
 	}
 	dsge := a.mr.SGE(ieHData, ieDataLen)
 	regI := func(mr *verbs.MR) verbs.SendWR {
-		return verbs.SendWR{WRID: 1, Opcode: verbs.WRRegMRIntegrity, Flags: verbs.SendSignaled, MR: mr, Access: ieAcc}
+		return verbs.SendWR{WRID: 1, Opcode: verbs.WRRegMRIntegrity, Flags: verbs.SendSignaled, MR: mr, Access: sigAccess}
 	}
 	regS := func(mr *verbs.MR, sg ...verbs.SGE) verbs.SendWR {
-		return verbs.SendWR{WRID: 2, Opcode: verbs.WRRegSigMR, Flags: verbs.SendSignaled, MR: mr, SG: sg, Access: ieAcc}
+		return verbs.SendWR{WRID: 2, Opcode: verbs.WRRegSigMR, Flags: verbs.SendSignaled, MR: mr, SG: sg, Access: sigAccess}
 	}
-	postErr(t, "REG_MR_INTEGRITY on a QP without integrity", plain.qp, []verbs.SendWR{regI(hm)}, 0, verbs.ErrInvalid)
+	postErr(t, "REG_MR_INTEGRITY on a QP without integrity", plain.qp, []verbs.SendWR{regI(hm.MR)}, 0, verbs.ErrInvalid)
 	postErr(t, "REG_SIG_MR on a QP without integrity", plain.qp, []verbs.SendWR{regS(sig, dsge)}, 0, verbs.ErrInvalid)
 	// The refused WRs left the QP working.
 	fill(a.buf[ieSpare:ieSpare+64], 0x61)
-	plain.post(write(3, a.mr.SGE(ieSpare, 64), b.mr.Addr+ieSpare, b.mr.RKey))
-	check(t, "WRITE after the refused WRs", poll1(t, plain.scq), want{wrid: 3, op: verbs.WCRDMAWrite, len: anyLen})
+	plain.run("WRITE after the refused WRs", write(3, a.mr.SGE(ieSpare, 64), b.mr.Addr+ieSpare, b.mr.RKey), anyLen)
 	sameBytes(t, "written", b.buf[ieSpare:ieSpare+64], a.buf[ieSpare:ieSpare+64])
 	quietCQ(t, plain.scq, quiet, "QP without integrity")
 
-	atomic := regI(hm)
+	atomic := regI(hm.MR)
 	atomic.Access |= verbs.AccessRemoteAtomic
-	withSG := regI(hm)
+	withSG := regI(hm.MR)
 	withSG.SG = []verbs.SGE{dsge}
 	for _, c := range []struct {
 		what string
@@ -725,7 +607,7 @@ func iePostRefused(t *testing.T, s *suite) {
 		{"REG_MR_INTEGRITY with an SGE", withSG},
 		{"REG_MR_INTEGRITY of a fast-registration MR", regI(fr)},
 		{"REG_MR_INTEGRITY of a signature MR", regI(sig)},
-		{"REG_SIG_MR of an integrity MR", regS(hm, dsge)},
+		{"REG_SIG_MR of an integrity MR", regS(hm.MR, dsge)},
 		{"REG_SIG_MR of a fast-registration MR", regS(fr, dsge)},
 		{"REG_SIG_MR without a data SGE", regS(sig)},
 		{"REG_SIG_MR with two data SGEs", regS(sig, dsge, dsge)},
@@ -737,9 +619,9 @@ func iePostRefused(t *testing.T, s *suite) {
 		t.Errorf("CheckMRStatus of an MR without signature = %+v, %v; want %v", e, err, verbs.ErrInvalid)
 	}
 	// The integrity MR is untouched by the refusals: it registers.
-	iePostReg(t, ea, hm, 4)
+	hm.postReg(4)
 	ieReadOK(t, "READ through the registration", eb, hm.RKey, a.buf[ieHData:ieHData+ieDataLen], 5)
-	ieWantNoErr(t, "status", ea, hm)
+	hm.noErr("status")
 }
 
 // ieMapLimits: MapSGPI refuses more entries than the integrity MR was
@@ -747,9 +629,7 @@ func iePostRefused(t *testing.T, s *suite) {
 // MTT mode can map them; at the limit it maps (KLM) and the registration
 // moves the data.
 func ieMapLimits(t *testing.T, s *suite) {
-	a, b := s.pair(t)
-	ea, eb := a.ep(ieIntegrity), b.ep(ieIntegrity)
-	connect(t, ea, eb, nil, nil)
+	a, b, ea, eb := s.sigPair(t)
 	for _, c := range [][2]int{{0, 1}, {1, 0}, {-1, 1}} {
 		if _, err := a.pd.AllocMRIntegrity(c[0], c[1]); !errors.Is(err, verbs.ErrInvalid) {
 			t.Errorf("AllocMRIntegrity(%d, %d) = %v, want %v", c[0], c[1], err, verbs.ErrInvalid)
@@ -761,7 +641,7 @@ func ieMapLimits(t *testing.T, s *suite) {
 			t.Errorf("AllocMRIntegrity(%d, 1) above max_pi_fast_reg_page_list_len %d = %v, want %v", lim+1, lim, err, verbs.ErrInvalid)
 		}
 	}
-	hm := ieAlloc(t, a, 2, 2) // 4 descriptors
+	hm := ea.sigMR(2, 2) // 4 descriptors
 	// Blocks scattered at unaligned addresses: neither PA nor MTT. The
 	// first three hold the data; the fourth only counts against the limit.
 	const nblk = 3
@@ -798,14 +678,13 @@ func ieMapLimits(t *testing.T, s *suite) {
 	hm.IncKey()
 	// Unsignaled: KLM mode posts the PI MR's UMR too; the WRITE after it
 	// completes after the registration.
-	ea.post(verbs.SendWR{WRID: 1, Opcode: verbs.WRRegMRIntegrity, MR: hm, Access: ieAcc},
+	ea.post(verbs.SendWR{WRID: 1, Opcode: verbs.WRRegMRIntegrity, MR: hm.MR, Access: sigAccess},
 		write(2, a.mr.SGE(ieSpare, 8), b.mr.Addr+ieSpare, b.mr.RKey))
 	check(t, "WRITE after the registration", poll1(t, ea.scq), want{wrid: 2, op: verbs.WCRDMAWrite, len: anyLen})
 	clear(b.buf[:len(w)])
-	eb.post(read(3, b.mr.SGE(0, len(w)), 0, hm.RKey))
-	check(t, "READ through the KLM-mapped key", poll1(t, eb.scq), want{wrid: 3, op: verbs.WCRDMARead, len: len(w)})
+	eb.run("READ through the KLM-mapped key", read(3, b.mr.SGE(0, len(w)), 0, hm.RKey), len(w))
 	sameBytes(t, "stream read through the KLM-mapped key", b.buf[:len(w)], w)
-	ieWantNoErr(t, "status", ea, hm)
+	hm.noErr("status")
 }
 
 // ieOldAPI: the old API — a signature MR (MRTypeSignature) registered with
@@ -814,9 +693,7 @@ func ieMapLimits(t *testing.T, s *suite) {
 // its errors are reported the same way; LOCAL_INV of its key stops
 // access, and REG_SIG_MR registers it again.
 func ieOldAPI(t *testing.T, s *suite) {
-	a, b := s.pair(t)
-	ea, eb := a.ep(ieIntegrity), b.ep(ieIntegrity)
-	connect(t, ea, eb, nil, nil)
+	a, b, ea, eb := s.sigPair(t)
 	data := pattern(ieDataLen, 0x5A)
 	good := ieStream(t, data)
 	_, goodMeta := ieSplit(good)
@@ -825,18 +702,18 @@ func ieOldAPI(t *testing.T, s *suite) {
 	copy(pbuf, goodMeta)
 	dmr := a.reg(a.pd, dbuf, verbs.AccessLocalWrite)
 	pmr := a.reg(a.pd, pbuf, verbs.AccessLocalWrite)
-	sig, err := a.pd.AllocMR(verbs.MRTypeSignature, 2)
+	raw, err := a.pd.AllocMR(verbs.MRTypeSignature, 2)
 	if err != nil {
 		t.Fatalf("alloc signature mr: %v", err)
 	}
+	sig := ea.own(raw)
 	sig.SetSigAttrs(iePass)
 	prot := pmr.SGE(0, ieMetaLen)
 	regSig := func(wrid uint64) {
 		t.Helper()
 		sig.IncKey()
-		ea.post(verbs.SendWR{WRID: wrid, Opcode: verbs.WRRegSigMR, Flags: verbs.SendSignaled, MR: sig,
-			SG: []verbs.SGE{dmr.SGE(0, ieDataLen)}, Prot: &prot, Access: ieAcc})
-		check(t, "REG_SIG_MR", poll1(t, ea.scq), want{wrid: wrid, op: verbs.WCRegMR, len: anyLen})
+		ea.run("REG_SIG_MR", verbs.SendWR{WRID: wrid, Opcode: verbs.WRRegSigMR, Flags: verbs.SendSignaled, MR: sig.MR,
+			SG: []verbs.SGE{dmr.SGE(0, ieDataLen)}, Prot: &prot, Access: sigAccess}, anyLen)
 	}
 	// Capture what goes on the wire between the two QPs (if the device
 	// lets us), else compare what the peer READs.
@@ -870,22 +747,21 @@ func ieOldAPI(t *testing.T, s *suite) {
 	readAll := func(what string, rkey uint32, wrid uint64) []byte {
 		t.Helper()
 		clear(b.buf[:ieWLen])
-		eb.post(read(wrid, b.mr.SGE(0, ieWLen), 0, rkey))
-		check(t, what, poll1(t, eb.scq), want{wrid: wrid, op: verbs.WCRDMARead, len: ieWLen})
+		eb.run(what, read(wrid, b.mr.SGE(0, ieWLen), 0, rkey), ieWLen)
 		return append([]byte(nil), b.buf[:ieWLen]...)
 	}
 
 	regSig(1)
 	oldRead := readAll("READ through the signature MR", sig.RKey, 2)
 	oldWire := captured("old API")
-	ieWantNoErr(t, "signature MR status", ea, sig)
+	sig.noErr("signature MR status")
 	sameBytes(t, "stream through the signature MR", oldRead, good)
 
-	im := ieAlloc(t, a, 1, 1)
-	ieRegister(t, ea, im, []verbs.SGE{dmr.SGE(0, ieDataLen)}, []verbs.SGE{prot}, iePass, 3)
+	im := ea.sigMR(1, 1)
+	im.regWait([]verbs.SGE{dmr.SGE(0, ieDataLen)}, []verbs.SGE{prot}, iePass, 3)
 	newRead := readAll("READ through the integrity MR", im.RKey, 4)
 	newWire := captured("new API")
-	ieWantNoErr(t, "integrity MR status", ea, im)
+	im.noErr("integrity MR status")
 	sameBytes(t, "the peer's data: integrity MR vs signature MR", newRead, oldRead)
 	if s.wireHook != nil {
 		sameBytes(t, "wire bytes: integrity MR vs signature MR", newWire, oldWire)
@@ -894,7 +770,7 @@ func ieOldAPI(t *testing.T, s *suite) {
 
 	// A bad ref tag in the protection MR, block 5: reported through the
 	// signature MR after it is invalidated and registered again.
-	ieInv(t, ea, sig.RKey, 5)
+	ea.run("LOCAL_INV", localInv(5, sig.RKey), anyLen)
 	regSig(6)
 	w := append([]byte(nil), good...)
 	exp, act := ieCorrupt(verbs.SigBadRefTag, w, 5)
@@ -902,13 +778,13 @@ func ieOldAPI(t *testing.T, s *suite) {
 	copy(pbuf, badMeta)
 	got := readAll("READ with a bad ref tag in memory", sig.RKey, 7)
 	captured("old API, bad ref tag")
-	ieWantErr(t, "signature MR", ea, sig, verbs.SigErr{Type: verbs.SigBadRefTag, Expected: exp, Actual: act, Offset: 5 * ieWB, Key: sig.RKey})
+	sig.wantErr("signature MR", verbs.SigErr{Type: verbs.SigBadRefTag, Expected: exp, Actual: act, Offset: 5 * ieWB, Key: sig.RKey})
 	sameBytes(t, "stream with the bad tuple passed", got, w)
 	copy(pbuf, goodMeta)
 
 	// LOCAL_INV of the signature key: no more access through it.
 	old := sig.RKey
-	ieInv(t, ea, old, 8)
+	ea.run("LOCAL_INV", localInv(8, old), anyLen)
 	if s.wireHook != nil {
 		s.wireHook(nil)
 	}
@@ -917,14 +793,14 @@ func ieOldAPI(t *testing.T, s *suite) {
 	sameBytes(t, "READ after REG_SIG_MR again", readAll("READ after REG_SIG_MR again", sig.RKey, 11), good)
 	// REG_SIG_MR too needs CheckMRStatus since the last registration
 	// (mlx5's set_sig_umr_wr): refused at post, nothing posted.
-	ieInv(t, ea, sig.RKey, 12)
+	ea.run("LOCAL_INV", localInv(12, sig.RKey), anyLen)
 	sig.IncKey()
-	if n, err := ea.qp.PostSend([]verbs.SendWR{{WRID: 13, Opcode: verbs.WRRegSigMR, Flags: verbs.SendSignaled, MR: sig,
-		SG: []verbs.SGE{dmr.SGE(0, ieDataLen)}, Prot: &prot, Access: ieAcc}}); n != 0 || !errors.Is(err, verbs.ErrInvalid) {
+	if n, err := ea.qp.PostSend([]verbs.SendWR{{WRID: 13, Opcode: verbs.WRRegSigMR, Flags: verbs.SendSignaled, MR: sig.MR,
+		SG: []verbs.SGE{dmr.SGE(0, ieDataLen)}, Prot: &prot, Access: sigAccess}}); n != 0 || !errors.Is(err, verbs.ErrInvalid) {
 		t.Errorf("REG_SIG_MR without a status check: posted %d, %v; want 0, ErrInvalid", n, err)
 	}
 	quietCQ(t, ea.scq, quiet, "refused REG_SIG_MR")
-	ieWantNoErr(t, "signature MR status", ea, sig)
+	sig.noErr("signature MR status")
 	regSig(14)
 }
 
@@ -934,23 +810,22 @@ func ieOldAPI(t *testing.T, s *suite) {
 // a LOCAL_INV.
 func ieSendWithInv(t *testing.T, s *suite) {
 	a, b, ea, eb, hm, data := ieInsertPair(t, s)
-	sg := []verbs.SGE{a.mr.SGE(ieHData, ieDataLen)}
-	key := ieRegister(t, ea, hm, sg, nil, ieInsertStrip, 1)
+	sg := a.sg(ieHData, ieDataLen)
+	key := hm.regWait(sg, nil, ieInsertStrip, 1)
 	ieReadOK(t, "READ through the signature key", eb, key, data, 2)
 
 	ea.recv(rwr(3, a.mr.SGE(ieSpare, 64)))
 	fill(b.buf[ieSpare:ieSpare+32], 0x19)
-	eb.post(verbs.SendWR{WRID: 4, Opcode: verbs.WRSendWithInv, Flags: verbs.SendSignaled, SG: []verbs.SGE{b.mr.SGE(ieSpare, 32)}, InvalidateRKey: key})
-	check(t, "SEND_WITH_INV", poll1(t, eb.scq), want{wrid: 4, op: verbs.WCSend, len: anyLen})
+	eb.run("SEND_WITH_INV", verbs.SendWR{WRID: 4, Opcode: verbs.WRSendWithInv, Flags: verbs.SendSignaled, SG: b.sg(ieSpare, 32), InvalidateRKey: key}, anyLen)
 	check(t, "receive of SEND_WITH_INV", poll1(t, ea.rcq), want{wrid: 3, op: verbs.WCRecv, len: 32, imm: key, withInv: true})
 	sameBytes(t, "received", a.buf[ieSpare:ieSpare+32], b.buf[ieSpare:ieSpare+32])
 
 	ieReadFails(t, "READ through the remotely invalidated key", a, b, key, 5)
-	ieWantNoErr(t, "status", ea, hm)
+	hm.noErr("status")
 	hm.IncKey()
-	iePostReg(t, ea, hm, 6) // no LOCAL_INV: the key is free
+	hm.postReg(6) // no LOCAL_INV: the key is free
 	ieReadOK(t, "READ through the key registered again", eb, hm.RKey, data, 7)
-	ieWantNoErr(t, "status", ea, hm)
+	hm.noErr("status")
 }
 
 // ieChained: the rw.c pattern, one post per I/O: LOCAL_INV and
@@ -959,10 +834,8 @@ func ieSendWithInv(t *testing.T, s *suite) {
 // place before the WRITE runs, and each I/O's error is reported under its
 // own key.
 func ieChained(t *testing.T, s *suite) {
-	a, b := s.pair(t)
-	ea, eb := a.ep(ieIntegrity), b.ep(ieIntegrity)
-	connect(t, ea, eb, nil, nil)
-	hm := ieAlloc(t, a, 1, 1)
+	a, b, ea, _ := s.sigPair(t)
+	hm := ea.sigMR(1, 1)
 	data := pattern(ieDataLen, 0x6C)
 	good := ieStream(t, data)
 	for i, typ := range []verbs.SigErrType{verbs.SigBadRefTag, verbs.SigBadGuard, verbs.SigBadAppTag, verbs.SigBadRefTag} {
@@ -972,21 +845,18 @@ func ieChained(t *testing.T, s *suite) {
 		d, m := ieSplit(w)
 		copy(a.buf[ieHData:], d)
 		copy(a.buf[ieHMeta:], m)
-		if err := hm.MapSGPI([]verbs.SGE{a.mr.SGE(ieHData, ieDataLen)}, []verbs.SGE{a.mr.SGE(ieHMeta, ieMetaLen)}); err != nil {
-			t.Fatalf("map sg pi: %v", err)
-		}
-		hm.SetSigAttrs(iePass)
+		hm.mapPI(a.sg(ieHData, ieDataLen), a.sg(ieHMeta, ieMetaLen), iePass)
 		var wrs []verbs.SendWR
 		if i > 0 {
 			wrs = append(wrs, verbs.SendWR{WRID: 1, Opcode: verbs.WRLocalInv, InvalidateRKey: hm.RKey})
 		}
 		hm.IncKey()
 		clear(b.buf[:ieWLen])
-		wrs = append(wrs, verbs.SendWR{WRID: 2, Opcode: verbs.WRRegMRIntegrity, MR: hm, Access: ieAcc},
-			write(3, verbs.SGE{Length: ieWLen, LKey: hm.LKey}, b.mr.Addr, b.mr.RKey))
+		wrs = append(wrs, verbs.SendWR{WRID: 2, Opcode: verbs.WRRegMRIntegrity, MR: hm.MR, Access: sigAccess},
+			write(3, hm.wireSGE(0, ieWLen), b.mr.Addr, b.mr.RKey))
 		ea.post(wrs...)
 		check(t, "RDMA WRITE chained after the registration", poll1(t, ea.scq), want{wrid: 3, op: verbs.WCRDMAWrite, len: anyLen})
-		ieWantErr(t, fmt.Sprintf("I/O %d", i), ea, hm, verbs.SigErr{Type: typ, Expected: exp, Actual: act, Offset: uint64(k * ieWB), Key: hm.RKey})
+		hm.wantErr(fmt.Sprintf("I/O %d", i), verbs.SigErr{Type: typ, Expected: exp, Actual: act, Offset: uint64(k * ieWB), Key: hm.RKey})
 		sameBytes(t, "wire stream at the peer", b.buf[:ieWLen], w)
 	}
 }
@@ -996,18 +866,16 @@ func ieChained(t *testing.T, s *suite) {
 // serving a peer, only the one that served the bad WRITE reports it.
 func ieErrorCQ(t *testing.T, s *suite) {
 	a, b, e1, p1, hm, _ := ieInsertPair(t, s)
-	e2, p2 := a.ep(ieIntegrity), b.ep(ieIntegrity)
-	connect(t, e2, p2, nil, nil)
-	key := ieRegister(t, e1, hm, []verbs.SGE{a.mr.SGE(ieHData, ieDataLen)}, nil, ieInsertStrip, 1)
+	e2, p2 := sigLink(t, a, b)
+	key := hm.regWait(a.sg(ieHData, ieDataLen), nil, ieInsertStrip, 1)
 	w := ieStream(t, pattern(ieDataLen, 0x7E))
 	exp, act := ieCorrupt(verbs.SigBadGuard, w, 4)
 	copy(b.buf[ieSpare:], w)
-	p2.post(write(2, b.mr.SGE(ieSpare, ieWLen), 0, key))
-	check(t, "WRITE through the second QP", poll1(t, p2.scq), want{wrid: 2, op: verbs.WCRDMAWrite, len: anyLen})
+	p2.run("WRITE through the second QP", write(2, b.mr.SGE(ieSpare, ieWLen), 0, key), anyLen)
 	quietCQ(t, e1.scq, quiet, "send CQ of the host QP that did not serve the WRITE")
 	if e, err := hm.CheckMRStatus(); e != nil || err != nil {
 		t.Errorf("CheckMRStatus before the serving QP's CQ was polled = %+v, %v; want nothing recorded yet", e, err)
 	}
-	ieWantErr(t, "after polling the serving QP's send CQ", e2, hm, verbs.SigErr{Type: verbs.SigBadGuard, Expected: exp, Actual: act, Offset: 4 * ieWB, Key: key})
+	hm.on(e2).wantErr("after polling the serving QP's send CQ", verbs.SigErr{Type: verbs.SigBadGuard, Expected: exp, Actual: act, Offset: 4 * ieWB, Key: key})
 	quietCQ(t, p1.scq, 0, "the other peer")
 }
