@@ -45,29 +45,41 @@ type sigCacheEntry struct {
 }
 
 // sigOf decodes (once per published context and PSV seeds) the signature
-// configuration of m.
+// configuration of m. A domain with PI whose PSV no longer exists (the
+// driver destroyed it under a key still registered) fails the access
+// rather than running on a seed nobody set.
 func (f *Func) sigOf(idx uint32, m *klm.Mkey) (*psv.Sig, error) {
 	b := psv.BSF(m.BSF).Fields()
-	memSeed, wireSeed := f.psvSeed(b.MemPSV), f.psvSeed(b.WirePSV)
+	memSeed, memOK := f.psvSeed(b.MemPSV)
+	wireSeed, wireOK := f.psvSeed(b.WirePSV)
+	var s *psv.Sig
+	var err error
 	if e, ok := f.sigCache.Load(idx); ok {
-		c := e.(*sigCacheEntry)
-		if c.m == m && c.memSeed == memSeed && c.wireSeed == wireSeed {
-			return c.sig, c.err
+		if c := e.(*sigCacheEntry); c.m == m && c.memSeed == memSeed && c.wireSeed == wireSeed {
+			s, err = c.sig, c.err
 		}
 	}
-	s, err := psv.Decode(m.BSF, memSeed, wireSeed)
-	f.sigCache.Store(idx, &sigCacheEntry{m: m, memSeed: memSeed, wireSeed: wireSeed, sig: s, err: err})
+	if s == nil && err == nil {
+		s, err = psv.Decode(m.BSF, memSeed, wireSeed)
+		f.sigCache.Store(idx, &sigCacheEntry{m: m, memSeed: memSeed, wireSeed: wireSeed, sig: s, err: err})
+	}
+	if err == nil && (s.Mem.HasPI() && !memOK || s.Wire.HasPI() && !wireOK) {
+		return nil, errPSVGone
+	}
 	return s, err
 }
 
-func (f *Func) psvSeed(idx uint32) uint16 {
+// errPSVGone is an access through a signature key whose PSV was destroyed.
+var errPSVGone = errors.New("hca: the signature key's PSV no longer exists")
+
+func (f *Func) psvSeed(idx uint32) (uint16, bool) {
 	p := f.psv(idx)
 	if p == nil {
-		return 0
+		return 0, false
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.bg
+	return p.bg, true
 }
 
 // sigForget drops a destroyed mkey's error count: a later mkey at the
