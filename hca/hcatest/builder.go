@@ -64,8 +64,12 @@ var wcOp = map[verbs.WROpcode]verbs.WCOpcode{
 // (anyLen: not checked).
 func (e *ep) run(what string, wr verbs.SendWR, n int) {
 	e.n.t.Helper()
+	op, ok := wcOp[wr.Opcode]
+	if !ok {
+		e.n.t.Fatalf("%s: run does not know the completion of WR opcode %d", what, wr.Opcode)
+	}
 	e.post(wr)
-	check(e.n.t, what, poll1(e.n.t, e.scq), want{wrid: wr.WRID, op: wcOp[wr.Opcode], len: n})
+	check(e.n.t, what, poll1(e.n.t, e.scq), want{wrid: wr.WRID, op: op, len: n})
 }
 
 // recvOK checks that the next completion of e's receive CQ is the
@@ -114,9 +118,6 @@ func (e *ep) sigMR(maxData, maxMeta int) *sigMR {
 	}
 	return &sigMR{MR: mr, e: e}
 }
-
-// own returns mr owned by e.
-func (e *ep) own(mr *verbs.MR) *sigMR { return &sigMR{MR: mr, e: e} }
 
 // on returns the MR as seen by another endpoint: its signature errors
 // are looked for on e's send CQ.
@@ -270,15 +271,5 @@ func (m *sigMR) wantErr(what string, w verbs.SigErr) {
 	}
 	if got, err := m.CheckMRStatus(); got != nil || err != nil {
 		t.Errorf("%s: a second CheckMRStatus = %+v, %v; want the error cleared", what, got, err)
-	}
-}
-
-// noErr drains the owner's send CQ (no work completion may come) and
-// checks that the MR reports no signature error.
-func (m *sigMR) noErr(what string) {
-	m.e.n.t.Helper()
-	quietCQ(m.e.n.t, m.e.scq, quiet, what)
-	if got, err := m.CheckMRStatus(); got != nil || err != nil {
-		m.e.n.t.Errorf("%s: CheckMRStatus = %+v, %v; want no error", what, got, err)
 	}
 }

@@ -66,21 +66,11 @@ var (
 // ieStream returns data with PI inserted, as the wire carries it.
 func ieStream(t testing.TB, data []byte) []byte {
 	t.Helper()
-	w := make([]byte, len(data)/ieIV*ieWB)
-	if _, err := t10dif.Generate(ieDom, t10dif.Buf{Data: w}, data); err != nil {
-		t.Fatalf("t10dif generate: %v", err)
-	}
-	return w
+	return rcpGen(t, ieDom, data)
 }
 
 // ieSplit separates a wire stream into its data and its tuples.
-func ieSplit(w []byte) (data, meta []byte) {
-	for k := 0; k+ieWB <= len(w); k += ieWB {
-		data = append(data, w[k:k+ieIV]...)
-		meta = append(meta, w[k+ieIV:k+ieWB]...)
-	}
-	return data, meta
-}
+func ieSplit(w []byte) (data, meta []byte) { return rcpSplit(w, ieIV) }
 
 // ieCorrupt damages block k of the wire stream w so that the check of
 // typ fails there: a data byte flipped (guard), or a wrong app or ref tag.
@@ -315,7 +305,7 @@ func ieRunCase(t *testing.T, s *suite, a, b *node, c ieCase, seed byte) {
 	}
 	detMR.wantErr("signature status", verbs.SigErr{Type: c.typ, Expected: exp, Actual: act, Offset: uint64(k * ieWB), Key: detMR.RKey})
 	if pm != nil {
-		hm.noErr("the sender's key (its memory PI was good)")
+		hm.status("the sender's key (its memory PI was good)", nil)
 	}
 	if hooked != nil {
 		if n := hooked(); n != 1 {
@@ -353,7 +343,7 @@ func ieInsertUnchecked(t *testing.T, s *suite) {
 		} else {
 			ea.run("WRITE", write(3, hm.wireSGE(0, ieWLen), b.mr.Addr, b.mr.RKey), anyLen)
 		}
-		hm.noErr("insert over changed data")
+		hm.status("insert over changed data", nil)
 		sameBytes(t, "wire stream", b.buf[:ieWLen], ieStream(t, data))
 		if err := t10dif.Verify(ieDom, t10dif.CheckAll, t10dif.Buf{Data: b.buf[:ieWLen]}); err != nil {
 			t.Errorf("the inserted stream does not verify: %v", err)
@@ -400,12 +390,12 @@ func ieRearm(t *testing.T, s *suite) {
 	}
 	reg()
 	xfer(0, -1, 0)
-	hm.noErr("a clean transfer")
+	hm.status("a clean transfer", nil)
 
 	k1 := reg()
 	hm.wantErr("first error after a registration", xfer(0, 2, verbs.SigBadGuard))
 	xfer(0, 4, verbs.SigBadAppTag)
-	hm.noErr("second error of the same registration")
+	hm.status("second error of the same registration", nil)
 
 	k2 := reg()
 	if k2 == k1 {
@@ -418,11 +408,11 @@ func ieRearm(t *testing.T, s *suite) {
 
 	reg()
 	xfer(0, -1, 0)
-	hm.noErr("a clean registration")
+	hm.status("a clean registration", nil)
 	reg()
 	hm.wantErr("error after a clean registration", xfer(0, 0, verbs.SigBadAppTag))
 	xfer(0, 1, verbs.SigBadGuard)
-	hm.noErr("second error after a clean registration")
+	hm.status("second error after a clean registration", nil)
 }
 
 // ieInsertPair sets up a host whose integrity MR (INSERT/STRIP) covers
@@ -465,7 +455,7 @@ func ieReRegNoInv(t *testing.T, s *suite) {
 	a, b, ea, eb, hm, data := ieInsertPair(t, s)
 	key1 := hm.regWait(a.sg(ieHData, ieDataLen), nil, ieInsertStrip, 1)
 	ieReadOK(t, "READ through the first registration", eb, key1, data, 2)
-	hm.noErr("status")
+	hm.status("status", nil)
 
 	hm.IncKey()
 	key2 := hm.RKey
@@ -490,7 +480,7 @@ func ieReRegNoInv(t *testing.T, s *suite) {
 	// A new QP pair: the first registration is intact.
 	xh, xp := sigLink(t, a, b)
 	ieReadOK(t, "READ through the key of the registration the failed REG left", xp, key1, data, 5)
-	hm.on(xh).noErr("status after the failed REG")
+	hm.on(xh).status("status after the failed REG", nil)
 	ieReadFails(t, "READ through the key of the failed REG", a, b, key2, 6)
 }
 
@@ -513,7 +503,7 @@ func ieReRegNoCheck(t *testing.T, s *suite) {
 	}
 	hm.postReg(5)
 	ieReadOK(t, "READ through the registration after the status check", eb, hm.RKey, data, 6)
-	hm.noErr("status")
+	hm.status("status", nil)
 }
 
 // ieStaleKey: after a re-registration the old rkey fails with a remote
@@ -525,7 +515,7 @@ func ieStaleKey(t *testing.T, s *suite) {
 	sg := a.sg(ieHData, ieDataLen)
 	key1 := hm.regWait(sg, nil, ieInsertStrip, 1)
 	ieReadOK(t, "READ through the first key", eb, key1, data, 2)
-	hm.noErr("status")
+	hm.status("status", nil)
 	ea.run("LOCAL_INV", localInv(3, key1), anyLen)
 	key2 := hm.regWait(sg, nil, ieInsertStrip, 4)
 	if key2 == key1 || key2>>8 != key1>>8 {
@@ -539,7 +529,7 @@ func ieStaleKey(t *testing.T, s *suite) {
 		xh.post(write(7, verbs.SGE{Length: ieWLen, LKey: key1}, b.mr.Addr+ieSpare, b.mr.RKey))
 		checkErr(t, "WRITE from the previous variant's lkey", poll1(t, xh.scq), 7, verbs.WCLocProtErr, xh.qp.QPN())
 	}
-	hm.noErr("status")
+	hm.status("status", nil)
 
 	// An app tag error at block 3 recorded under key3, checked after the
 	// key was bumped to key4.
@@ -556,7 +546,7 @@ func ieStaleKey(t *testing.T, s *suite) {
 	ea.run("LOCAL_INV", localInv(11, key3), anyLen)
 	hm.postReg(12)
 	ieReadOK(t, "READ through the key after it", eb, key4, data, 13)
-	hm.noErr("status")
+	hm.status("status", nil)
 }
 
 // iePostRefused: signature WRs the driver refuses at post (EINVAL,
@@ -621,7 +611,7 @@ func iePostRefused(t *testing.T, s *suite) {
 	// The integrity MR is untouched by the refusals: it registers.
 	hm.postReg(4)
 	ieReadOK(t, "READ through the registration", eb, hm.RKey, a.buf[ieHData:ieHData+ieDataLen], 5)
-	hm.noErr("status")
+	hm.status("status", nil)
 }
 
 // ieMapLimits: MapSGPI refuses more entries than the integrity MR was
@@ -684,7 +674,7 @@ func ieMapLimits(t *testing.T, s *suite) {
 	clear(b.buf[:len(w)])
 	eb.run("READ through the KLM-mapped key", read(3, b.mr.SGE(0, len(w)), 0, hm.RKey), len(w))
 	sameBytes(t, "stream read through the KLM-mapped key", b.buf[:len(w)], w)
-	hm.noErr("status")
+	hm.status("status", nil)
 }
 
 // ieOldAPI: the old API — a signature MR (MRTypeSignature) registered with
@@ -706,7 +696,7 @@ func ieOldAPI(t *testing.T, s *suite) {
 	if err != nil {
 		t.Fatalf("alloc signature mr: %v", err)
 	}
-	sig := ea.own(raw)
+	sig := &sigMR{MR: raw, e: ea}
 	sig.SetSigAttrs(iePass)
 	prot := pmr.SGE(0, ieMetaLen)
 	regSig := func(wrid uint64) {
@@ -754,14 +744,14 @@ func ieOldAPI(t *testing.T, s *suite) {
 	regSig(1)
 	oldRead := readAll("READ through the signature MR", sig.RKey, 2)
 	oldWire := captured("old API")
-	sig.noErr("signature MR status")
+	sig.status("signature MR status", nil)
 	sameBytes(t, "stream through the signature MR", oldRead, good)
 
 	im := ea.sigMR(1, 1)
 	im.regWait([]verbs.SGE{dmr.SGE(0, ieDataLen)}, []verbs.SGE{prot}, iePass, 3)
 	newRead := readAll("READ through the integrity MR", im.RKey, 4)
 	newWire := captured("new API")
-	im.noErr("integrity MR status")
+	im.status("integrity MR status", nil)
 	sameBytes(t, "the peer's data: integrity MR vs signature MR", newRead, oldRead)
 	if s.wireHook != nil {
 		sameBytes(t, "wire bytes: integrity MR vs signature MR", newWire, oldWire)
@@ -800,7 +790,7 @@ func ieOldAPI(t *testing.T, s *suite) {
 		t.Errorf("REG_SIG_MR without a status check: posted %d, %v; want 0, ErrInvalid", n, err)
 	}
 	quietCQ(t, ea.scq, quiet, "refused REG_SIG_MR")
-	sig.noErr("signature MR status")
+	sig.status("signature MR status", nil)
 	regSig(14)
 }
 
@@ -821,11 +811,11 @@ func ieSendWithInv(t *testing.T, s *suite) {
 	sameBytes(t, "received", a.buf[ieSpare:ieSpare+32], b.buf[ieSpare:ieSpare+32])
 
 	ieReadFails(t, "READ through the remotely invalidated key", a, b, key, 5)
-	hm.noErr("status")
+	hm.status("status", nil)
 	hm.IncKey()
 	hm.postReg(6) // no LOCAL_INV: the key is free
 	ieReadOK(t, "READ through the key registered again", eb, hm.RKey, data, 7)
-	hm.noErr("status")
+	hm.status("status", nil)
 }
 
 // ieChained: the rw.c pattern, one post per I/O: LOCAL_INV and
