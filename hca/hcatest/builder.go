@@ -8,19 +8,25 @@ import (
 	"github.com/hcasim/hcasim/t10dif"
 )
 
-// The integrity scenario builder. An integrity scenario is a short
-// sequence of steps on two connected integrity endpoints:
+// The integrity scenario builder: the steps the Integrity and
+// IntegrityErrors scenarios are written in. A scenario is a short
+// sequence of them on two connected integrity endpoints:
 //
-//	h, g, he, ge := s.sigPair(t)                    // two sides, integrity QPs
-//	mr := he.sigMR(4, 4)                            // an integrity MR owned by he
-//	mr.reg(h.sg(0, n), nil, attrs)                  // map, set attributes, register
-//	he.capsule(ge, 1)                               // "the key is usable"
-//	ge.run("READ", read(2, g.mr.SGE(0, w), 0, mr.RKey), w) // post, expect the CQE
-//	sameBytes(t, "wire stream", g.buf[:w], want)    // expect memory
-//	mr.status("after the READ", nil)                // expect CheckMRStatus
+//	h, g, he, ge := s.sigPair(t)       // two sides with integrity QPs
+//	mr := he.sigMR(4, 4)               // an integrity MR owned by he
+//	mr.reg(h.sg(0, n), nil, attrs)     // map, attributes, key, REG_MR_INTEGRITY
+//	he.capsule(ge, 1)                  // "the key is usable"
+//	ge.run("READ", read(2, g.mr.SGE(0, w), 0, mr.RKey), w) // post, expect its CQE
+//	sameBytes(t, "wire", g.buf[:w], want) // expect memory
+//	mr.status("after the READ", nil)   // expect CheckMRStatus (t10dif's verdict)
 //
-// Every step fails the test it was built with (the nodes' t) as the
-// hand-written sequence would.
+// Setup: sigPair, sigLink, ep.sigMR, sigMR.on (another endpoint's CQ).
+// Registration: sigMR.reg (the ULPs' unsignaled recipe, with its checks),
+// regWait (signaled, waits), postReg, mapPI, inv. Posts: ep.run (a send WR
+// and its successful CQE), ep.recvOK, ep.capsule, localInv, node.sg,
+// sigMR.wireSGE. Status: sigMR.status (no error, or t10dif's), wantErr
+// (a SigErr, polled for). Every step fails the nodes' t as the
+// hand-written sequence did.
 
 // sigAccess is the access a host gives its integrity MR (as the NVMe
 // host does).
@@ -224,14 +230,19 @@ func (m *sigMR) status(what string, want *t10dif.Error) {
 	case want != nil:
 		typ := map[t10dif.ErrorType]verbs.SigErrType{t10dif.ErrorGuard: verbs.SigBadGuard,
 			t10dif.ErrorRefTag: verbs.SigBadRefTag, t10dif.ErrorAppTag: verbs.SigBadAppTag}[want.Type]
-		if got.Type != typ || got.Offset != want.ProtectedOffset || got.Expected != uint32(want.Expected) ||
-			got.Actual != uint32(want.Actual) || got.Key != m.RKey {
-			t.Errorf("%s: signature error {%v offset %d expected %#x actual %#x key %#x}, want {%v offset %d expected %#x actual %#x key %#x}",
-				what, got.Type, got.Offset, got.Expected, got.Actual, got.Key, typ, want.ProtectedOffset, want.Expected, want.Actual, m.RKey)
-		}
+		sameSigErr(t, what, *got, verbs.SigErr{Type: typ, Expected: uint32(want.Expected), Actual: uint32(want.Actual), Offset: want.ProtectedOffset, Key: m.RKey})
 		if again, _ := m.CheckMRStatus(); again != nil {
 			t.Errorf("%s: the signature error was reported twice: %+v", what, again)
 		}
+	}
+}
+
+// sameSigErr fails the test unless CheckMRStatus reported w.
+func sameSigErr(t testing.TB, what string, got, w verbs.SigErr) {
+	t.Helper()
+	if got != w {
+		t.Errorf("%s: CheckMRStatus = {%v expected %#x actual %#x offset %d key %#x}, want {%v expected %#x actual %#x offset %d key %#x}",
+			what, got.Type, got.Expected, got.Actual, got.Offset, got.Key, w.Type, w.Expected, w.Actual, w.Offset, w.Key)
 	}
 }
 
@@ -256,11 +267,7 @@ func (m *sigMR) wantErr(what string, w verbs.SigErr) {
 			t.Fatalf("%s: check mr status: %v", what, err)
 		}
 		if got != nil {
-			if *got != w {
-				t.Errorf("%s: CheckMRStatus = {%v expected %#x actual %#x offset %d (block %d) key %#x}, want {%v expected %#x actual %#x offset %d (block %d) key %#x}",
-					what, got.Type, got.Expected, got.Actual, got.Offset, got.Offset/ieWB, got.Key,
-					w.Type, w.Expected, w.Actual, w.Offset, w.Offset/ieWB, w.Key)
-			}
+			sameSigErr(t, what, *got, w)
 			break
 		}
 		if time.Now().After(deadline) {
