@@ -195,8 +195,10 @@ func (t *Table) resolveDense(segs [][]byte, r *repeat, pd uint32, off, n uint64,
 		pieces[j], base[j] = got[mark], start
 		segs = got[:mark]
 	}
+	// The cycle and the offset in it advance with the segments (no
+	// division per segment: at 512-byte blocks there are two per block).
+	cyc, w := off/r.cycle, off%r.cycle
 	for n > 0 {
-		cyc, w := off/r.cycle, off%r.cycle
 		j := 0
 		for j+1 < len(r.ents) && r.ents[j+1].off <= w {
 			j++
@@ -212,7 +214,10 @@ func (t *Table) resolveDense(segs [][]byte, r *repeat, pd uint32, off, n uint64,
 			// the previous one and take the run as one (hca's DIX runs).
 			segs = append(segs, pieces[j][a:a+take])
 		}
-		off, n = off+take, n-take
+		n -= take
+		if w += take; w >= r.cycle {
+			cyc, w = cyc+w/r.cycle, w%r.cycle
+		}
 	}
 	return segs, true, nil
 }
