@@ -26,6 +26,7 @@ type plan struct {
 	inGuard    bool // the input guard is computed
 	outGuard   bool // the output guard is computed separately
 	shareGuard bool // the output guard is the input guard
+	passMeta   bool // the output metadata is the input's, byte for byte (a pass copying every field)
 	blocks     int  // interval of the block structure when both sides share it, else 0
 }
 
@@ -75,6 +76,10 @@ func (p *plan) init(c *Config) error {
 				p.inGuard, p.outNeedsIn = true, true
 			}
 		}
+	}
+	if sameGeom && in.format == FormatPI8 {
+		g, a, r, _ := fieldMasks(in.format, CheckAll)
+		p.passMeta = p.cpyG == g && p.cpyA == a && p.cpyR == r
 	}
 	switch {
 	case in.pi && out.pi && in.interval == out.interval:
@@ -476,6 +481,12 @@ func (s *Stream) checkTuple(blk, guard uint64, t []byte) {
 // the input metadata of the same block when the output depends on it.
 func (s *Stream) buildOut(meta, inMeta []byte) {
 	p := &s.p
+	if p.passMeta {
+		// Every tuple field copied, the other bytes too: the input's
+		// metadata as it is.
+		copy(meta, inMeta)
+		return
+	}
 	o := &p.out
 	if o.meta > o.tuple {
 		if p.copyMeta {
