@@ -151,11 +151,14 @@ func (m *sigMR) mapPI(data, meta []verbs.SGE, a verbs.SigAttrs) {
 func (m *sigMR) reg(data, meta []verbs.SGE, a verbs.SigAttrs) uint32 {
 	t := m.e.n.t
 	t.Helper()
-	m.mapPI(data, meta, a)
+	if err := m.MapSGPI(data, meta); err != nil {
+		t.Fatalf("map sg pi (%d data, %d meta entries): %v", len(data), len(meta), err)
+	}
 	dl, ml := sgeSum(data), sgeSum(meta)
 	if m.Addr != 0 || m.Len != dl+ml {
 		t.Errorf("mapped integrity MR at %#x+%d, want zero-based with %d+%d bytes", m.Addr, m.Len, dl, ml)
 	}
+	m.SetSigAttrs(a)
 	got := m.SigAttrs()
 	if got.MetaLength != uint32(ml) {
 		t.Errorf("MetaLength %d after MapSGPI and SetSigAttrs, want %d", got.MetaLength, ml)
