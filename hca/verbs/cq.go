@@ -243,6 +243,7 @@ func (q *CQ) Poll(wcs []WC) (int, error) {
 	n := 0
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	var last qpCache // consecutive CQEs are mostly one QP's
 	for n < len(wcs) {
 		e, ok := cq.Poll(q.buf, q.logSize, q.ci)
 		if !ok {
@@ -250,14 +251,13 @@ func (q *CQ) Poll(wcs []WC) (int, error) {
 		}
 		f := e.Fields()
 		q.ci++
-		if wc, ok := q.ctx.complete(&f); ok {
+		if wc, ok := q.ctx.complete(&f, &last); ok {
 			wcs[n] = wc
 			n++
 		}
 	}
-	if n > 0 || true {
-		cq.SetConsumerIndex(q.db, q.ci)
-	}
+	// Always: SIG_ERR CQEs are consumed without giving a completion.
+	cq.SetConsumerIndex(q.db, q.ci)
 	if n == 0 {
 		if p := q.ctx.lostErr.Load(); p != nil {
 			return 0, fmt.Errorf("poll cq %d: %w", q.cqn, *p)
@@ -266,15 +266,30 @@ func (q *CQ) Poll(wcs []WC) (int, error) {
 	return n, nil
 }
 
-// complete turns a CQE into a work completion through its QP's bookkeeping.
-func (c *Context) complete(f *cq.Fields) (WC, bool) {
+// qpCache is the QP of the last CQE one Poll call completed.
+type qpCache struct {
+	qpn uint32
+	qp  *QP
+}
+
+// complete turns a CQE into a work completion through its QP's
+// bookkeeping; last, if not nil, remembers the QP within one poll.
+func (c *Context) complete(f *cq.Fields, last *qpCache) (WC, bool) {
 	if f.Opcode == cq.OpSigErr {
 		c.sigError(f)
 		return WC{}, false
 	}
-	c.mu.Lock()
-	qp := c.qps[f.QPN]
-	c.mu.Unlock()
+	var qp *QP
+	if last != nil && last.qp != nil && last.qpn == f.QPN {
+		qp = last.qp
+	} else {
+		c.mu.Lock()
+		qp = c.qps[f.QPN]
+		c.mu.Unlock()
+		if last != nil {
+			*last = qpCache{f.QPN, qp}
+		}
+	}
 	if qp == nil {
 		return WC{}, false
 	}
