@@ -2,6 +2,7 @@ package hca
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 
 	"github.com/hcasim/hcasim/cq"
@@ -289,6 +290,9 @@ func (f *Func) createMkey(in In) Out {
 	if err != nil {
 		f.uncharge(cost)
 		f.pdRef(m.PD, -1)
+		if errors.Is(err, klm.ErrTableFull) {
+			return failOut(StatusExceedLim, 0, "%v", err) // like the other object limits
+		}
 		return failOut(StatusBadParam, 0, "%v", err)
 	}
 	f.mkeyCost[key.Index()] = cost

@@ -650,14 +650,19 @@ func (qp *QP) postIntegrity(wr *SendWR) error {
 		}
 	}
 	qp.fmCache = sq.FenceInitiatorSmall
+	if wr.Opcode == WRRegMRIntegrity {
+		qp.postNext = sq.FenceInitiatorSmall // the rest of the post inherits it too
+	}
 	c.mu.Lock()
 	g.checked = false
 	c.mu.Unlock()
 	return nil
 }
 
-// postPIMRUMR posts the UMR that registers the internal PI MR (no free
-// check; its key is not bumped).
+// postPIMRUMR posts the UMR that registers the internal PI MR as
+// set_reg_wr(check_not_free = false) does: no free check, the key not
+// bumped, and the access the registration asked for (get_umr_flags: local
+// read always, nothing added).
 func (qp *QP) postPIMRUMR(wr *SendWR, pi *MR, mode klm.AccessMode, start uint64, g *integ) error {
 	var w [sq.MaxWQEBBs * sq.WQEBBSize]byte
 	seg := w[sq.CtrlSegSize:]
@@ -676,7 +681,7 @@ func (qp *QP) postPIMRUMR(wr *SendWR, pi *MR, mode klm.AccessMode, start uint64,
 		descs = (g.descBytes/klm.KLMSize + 7) &^ 7 // KLM: ALIGN(n, 8)
 	}
 	umr.MkeySeg(seg[umr.CtrlSegSize:]).Encode(&umr.MkeyFields{
-		Access: wr.Access.mkey() | klm.LocalWrite, UMREnabled: true, Mode: mode, QPN: 0xFFFFFF, Variant: klm.Key(pi.LKey).Variant(),
+		Access: wr.Access.mkey(), UMREnabled: true, Mode: mode, QPN: 0xFFFFFF, Variant: klm.Key(pi.LKey).Variant(),
 		RemoteInvalidate: true, StartAddr: start, Len: g.regionLen, XLTOctowords: uint32(descs), LogPageSize: logPage,
 	})
 	n := umr.CtrlSegSize + umr.MkeySegSize

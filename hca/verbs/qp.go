@@ -208,8 +208,13 @@ type QP struct {
 	wrid    []uint64
 	wrop    []WROpcode
 	nbb     []uint8
-	fmCache sq.Fence // mlx5's next_fence
-	scratch [sq.MaxWQEBBs * sq.WQEBBSize]byte
+	fmCache sq.Fence // mlx5's qp->next_fence: the fence the next WR inherits
+	// postNext is mlx5_ib_post_send's local next_fence: 0 at the start of
+	// each PostSend, INITIATOR_SMALL from a REG_MR or REG_MR_INTEGRITY on,
+	// so that every later WR of that post inherits it (and, through
+	// fmCache, the first WR of the next post).
+	postNext sq.Fence
+	scratch  [sq.MaxWQEBBs * sq.WQEBBSize]byte
 
 	rmu    sync.Mutex
 	rqHead uint16
@@ -521,6 +526,7 @@ func (qp *QP) PostSend(wrs []SendWR) (int, error) {
 	default:
 		err = fmt.Errorf("post send in %v: %w", qp.state, ErrQPState)
 	}
+	qp.postNext = sq.FenceNone
 	for i := range wrs {
 		if err != nil {
 			break
@@ -550,13 +556,13 @@ func (qp *QP) ringSQ(cur uint16) {
 	}
 }
 
-// fence returns the fence of a WR as mlx5's get_fence does, from the
-// cached next fence (INITIATOR_SMALL after a memory registration).
+// fence returns the fence of a WR other than a registration as current
+// mlx5_ib_post_send chooses it (docs/CONFORMANCE.md): the inherited next
+// fence (INITIATOR_SMALL after a memory registration), SMALL_AND_FENCE
+// with SendFence on top of it, FENCE with SendFence alone. LOCAL_INV
+// follows the same rule (no strong ordering, as 4.x kernels had).
 func (qp *QP) fence(wr *SendWR) sq.Fence {
 	fenced := wr.Flags&SendFence != 0
-	if wr.Opcode == WRLocalInv && fenced {
-		return sq.FenceStrongOrdering
-	}
 	if qp.fmCache != 0 {
 		if fenced {
 			return sq.FenceSmallAndFence
@@ -639,14 +645,19 @@ func (qp *QP) post(wr *SendWR) error {
 	if wr.Flags&SendSignaled != 0 || qp.sigAll {
 		ce = sq.CECQUpdate
 	}
+	fence := qp.fence(wr)
+	if wr.Opcode == WRRegMR {
+		// A registration takes the umr_fence cap's fence and arms
+		// INITIATOR_SMALL for the rest of the post and the next one's
+		// first WR.
+		fence = qp.umrFence()
+		qp.postNext = sq.FenceInitiatorSmall
+	}
 	sq.CtrlSeg(w).Encode(&sq.CtrlFields{
-		WQEIndex: qp.curPost, Opcode: op, QPN: qp.qpn, DS: uint8(ds), Fence: qp.fence(wr), CE: ce,
+		WQEIndex: qp.curPost, Opcode: op, QPN: qp.qpn, DS: uint8(ds), Fence: fence, CE: ce,
 		SE: wr.Flags&SendSolicited != 0, Imm: imm,
 	})
-	qp.fmCache = 0
-	if wr.Opcode == WRRegMR || wr.Opcode == WRLocalInv {
-		qp.fmCache = sq.FenceInitiatorSmall
-	}
+	qp.fmCache = qp.postNext
 	// Copy into the ring, wrapping at its end.
 	start := int(qp.curPost&(size-1)) * sq.WQEBBSize
 	k := copy(qp.sqBuf[start:], w[:nbb*sq.WQEBBSize])
@@ -658,8 +669,11 @@ func (qp *QP) post(wr *SendWR) error {
 }
 
 // dataSegs writes a WR's SGEs, or its data inline, and returns the bytes.
+// As mlx5 (and rdma-core) do, an SGE of length 0 gets no data segment,
+// and SendInline with no SGEs writes no inline segment (one with SGEs of
+// length 0 writes an empty one).
 func (qp *QP) dataSegs(seg []byte, wr *SendWR) (int, error) {
-	if wr.Flags&SendInline != 0 {
+	if wr.Flags&SendInline != 0 && len(wr.SG) > 0 {
 		if wr.Opcode == WRRDMARead || wr.Opcode == WRAtomicCmpSwp || wr.Opcode == WRAtomicFetchAdd {
 			return 0, fmt.Errorf("inline %d: %w", wr.Opcode, ErrInvalid)
 		}
@@ -684,10 +698,15 @@ func (qp *QP) dataSegs(seg []byte, wr *SendWR) (int, error) {
 	if len(wr.SG) > qp.cap.MaxSendSGE {
 		return 0, fmt.Errorf("%d SGEs, at most %d: %w", len(wr.SG), qp.cap.MaxSendSGE, ErrTooManySGE)
 	}
-	for i, s := range wr.SG {
-		sq.DataSeg(seg[i*sq.DataSegSize:]).Encode(&sq.DataFields{ByteCount: s.Length, LKey: s.LKey, Addr: s.Addr})
+	n := 0
+	for _, s := range wr.SG {
+		if s.Length == 0 {
+			continue
+		}
+		sq.DataSeg(seg[n:]).Encode(&sq.DataFields{ByteCount: s.Length, LKey: s.LKey, Addr: s.Addr})
+		n += sq.DataSegSize
 	}
-	return len(wr.SG) * sq.DataSegSize, nil
+	return n, nil
 }
 
 // readLocal returns the bytes an inline SGE names: the driver copies
@@ -734,12 +753,15 @@ func (qp *QP) regMRSegs(seg []byte, wr *SendWR) (int, error) {
 	listBytes := ndescs * klm.MTTSize
 	xltOcto := (listBytes + 63) &^ 63 / klm.OctowordSize
 	inline := listBytes <= 64
-	c := umr.CtrlFields{XLTOctowords: uint16(xltOcto), Mask: umr.MaskFastReg}
+	// set_reg_wr(check_not_free = true): the UMR fails on a key that is
+	// not free, so an FRWR key must be invalidated before it is
+	// registered again.
+	c := umr.CtrlFields{Flags: umr.FlagCheckNotFree, XLTOctowords: uint16(xltOcto), Mask: umr.MaskFastReg}
 	if wr.Access&AccessRemoteAtomic != 0 {
 		c.Mask |= umr.MaskA // mlx5's frwr_mkey_mask(atomic)
 	}
 	if inline {
-		c.Flags = umr.FlagInline
+		c.Flags |= umr.FlagInline
 	}
 	umr.CtrlSeg(seg).Encode(&c)
 	umr.MkeySeg(seg[umr.CtrlSegSize:]).Encode(&umr.MkeyFields{
