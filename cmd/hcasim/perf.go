@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"runtime"
 	"runtime/pprof"
@@ -32,16 +33,37 @@ var perfOpts struct {
 	connect  *string
 	role     *string
 	peer     *string
+	lat      *bool
+	all      *bool
 }
+
+// perfSweepMax is the largest size -a measures (perftest's -a: 2^23).
+const perfSweepMax = 8 << 20
+
+// perfSweepDuration is each size's run under -a without --duration.
+const perfSweepDuration = 200 * time.Millisecond
 
 var perfCmd = &command{
 	name:    "perf",
 	summary: "measure RDMA operations over an in-process QP pair (like perftest's ib_write_bw / ib_write_lat)",
-	usage:   "write|read|send [--size N] [--qd N] [--qps N] [--duration D] [--pi none|insert|strip|pass] [--interval 512|4096] [--connect SOCKET [--role both|server|client] [--peer PATH]] [--json]",
-	example: "hcasim perf write --size 64 --qd 32 --duration 3s",
+	usage: "write|read|send [--size N | -a] [--lat] [--qd N] [--qps N] [--duration D] [--pi none|insert|strip|pass] [--interval 512|4096] [--connect SOCKET [--role both|server|client] [--peer PATH]] [--json]\n\n" +
+		"The table has perftest's columns: #bytes, #iterations (operations completed), BW average[MB/sec]\n" +
+		"(MB = 2^20 bytes, as perftest counts them) and MsgRate[Mpps], with the post-to-completion latency's\n" +
+		"p50 and p99 (no BW peak: perftest's is the shortest single operation's, not a rate this measures).\n" +
+		"--lat is ib_write_lat's table instead: QD 1, one operation at a time, and the post-to-completion\n" +
+		"time's t_min, t_max, t_typical (median), t_avg, t_stdev and 99% and 99.9% percentiles in µs (a\n" +
+		"round trip: a WRITE or SEND completes when the responder acknowledged it; ib_write_lat and\n" +
+		"ib_send_lat print half their ping-pong's round trip, ib_read_lat the whole). -a sweeps the sizes\n" +
+		"2, 4, ... 8 MiB (with --pi: from the interval up, by powers of two), one row (with --json, one\n" +
+		"JSON line) per size, each run for --duration (200ms per size unless given).",
+	example: "hcasim perf write --size 64 --qd 32 --duration 3s; hcasim perf write --lat -a",
 	flags: func(fs *flag.FlagSet) {
 		perfOpts.size = fs.Int("size", 64, fmt.Sprintf("message size in bytes, 1..%d (252 MiB)", perfMaxSize))
-		perfOpts.qd = fs.Int("qd", 32, fmt.Sprintf("work requests kept outstanding (per QP), 1..%d", perfMaxQD))
+		perfOpts.qd = fs.Int("qd", 32, fmt.Sprintf("work requests kept outstanding (per QP), 1..%d (with --lat: 1)", perfMaxQD))
+		perfOpts.lat = fs.Bool("lat", false, "latency, like ib_write_lat: QD 1 and the post-to-completion time's t_min, t_max, t_typical, t_avg, t_stdev, 99% and 99.9% (µs)")
+		perfOpts.all = new(bool)
+		fs.BoolVar(perfOpts.all, "a", false, fmt.Sprintf("sweep the sizes 2, 4, ... %d (8 MiB; with --pi from --interval up), one row each, like perftest's -a; each size runs for --duration, %v unless given", perfSweepMax, perfSweepDuration))
+		fs.BoolVar(perfOpts.all, "all", false, "the same as -a")
 		perfOpts.qps = fs.Int("qps", 1, fmt.Sprintf("QP pairs, each with its own poster and --qd outstanding (in process, --role both), 1..%d", perfMaxQPs))
 		perfOpts.duration = fs.Duration("duration", 3*time.Second, "how long to run")
 		perfOpts.json = fs.Bool("json", false, "print only one JSON object (progress goes to standard error)")
@@ -56,18 +78,32 @@ var perfCmd = &command{
 	run: runPerf,
 }
 
-// perfResult is the --json object.
+// perfResult is the --json object (one per size with -a). ops_per_sec,
+// gbytes_per_sec and lat_us.p50 are what scripts read: they stay.
 type perfResult struct {
 	Op           string  `json:"op"`
+	Mode         string  `json:"mode"` // "bw", or "lat" (--lat)
 	Size         int     `json:"size"`
 	QD           int     `json:"qd"`
 	QPs          int     `json:"qps"`
 	PI           string  `json:"pi"`
+	Iterations   int     `json:"iterations"` // operations completed
 	OpsPerSec    float64 `json:"ops_per_sec"`
 	GBytesPerSec float64 `json:"gbytes_per_sec"`
-	LatUS        struct {
-		P50 float64 `json:"p50"`
-		P99 float64 `json:"p99"`
+	MBPerSec     float64 `json:"mbytes_per_sec"` // perftest's BW average[MB/sec]: MB = 2^20 bytes
+	Mpps         float64 `json:"mpps"`           // perftest's MsgRate[Mpps]
+	// LatUS is the post-to-completion time in µs over the samples kept
+	// (the first perfLatSamples of the run): p50 is ib_write_lat's
+	// t_typical, p99_9 its 99.9% percentile.
+	LatUS struct {
+		P50     float64 `json:"p50"`
+		P99     float64 `json:"p99"`
+		Min     float64 `json:"min"`
+		Max     float64 `json:"max"`
+		Avg     float64 `json:"avg"`
+		Stdev   float64 `json:"stdev"`
+		P999    float64 `json:"p99_9"`
+		Samples int     `json:"samples"`
 	} `json:"lat_us"`
 	ops int             // operations completed
 	lat []time.Duration // post-to-completion samples
@@ -82,6 +118,8 @@ func runPerf(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) error {
 		}
 		args = append(args[:1], rest...)
 	}
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
 	role := *perfOpts.role
 	switch role {
 	case "both", "client":
@@ -108,11 +146,38 @@ func runPerf(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) error {
 		return errUsage
 	}
 	size, qd, dur := *perfOpts.size, *perfOpts.qd, *perfOpts.duration
-	pi := perfPI{mode: *perfOpts.pi, interval: *perfOpts.interval, mkey: *perfOpts.mkey}
-	if err := perfCheck(op, size, qd, dur, pi); err != nil {
-		return err
-	}
+	lat, all := *perfOpts.lat, *perfOpts.all
 	qps := *perfOpts.qps
+	if lat {
+		switch {
+		case given["qd"] && qd != 1:
+			return badUsage("--lat runs at QD 1, one operation at a time (like ib_write_lat): --qd %d does not go with it", qd)
+		case qps != 1:
+			return badUsage("--lat measures one QP pair (like ib_write_lat): --qps %d does not go with it", qps)
+		}
+		qd = 1
+	}
+	if all {
+		switch {
+		case given["size"]:
+			return badUsage("-a sweeps the sizes itself: give it or --size, not both")
+		case role != "both":
+			return badUsage("-a works with --role both: a perf server serves one run")
+		}
+		if !given["duration"] {
+			dur = perfSweepDuration
+		}
+	}
+	pi := perfPI{mode: *perfOpts.pi, interval: *perfOpts.interval, mkey: *perfOpts.mkey}
+	sizes := []int{size}
+	if all {
+		sizes = perfSweep(pi)
+	}
+	for _, size := range sizes {
+		if err := perfCheck(op, size, qd, dur, pi); err != nil {
+			return err
+		}
+	}
 	if qps < 1 || qps > perfMaxQPs {
 		return badUsage("--qps %d: want 1..%d", qps, perfMaxQPs)
 	}
@@ -120,7 +185,8 @@ func runPerf(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) error {
 		return badUsage("--qps works with --role both: one process plays both sides")
 	}
 	progress := stdout
-	if *perfOpts.json {
+	if *perfOpts.json || all {
+		// With -a, standard output is the table (or the JSON lines).
 		progress = stderr
 	}
 	if *perfOpts.cpuprof != "" {
@@ -144,30 +210,124 @@ func runPerf(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) error {
 	if peer == "" {
 		peer = *perfOpts.connect + ".perf"
 	}
-	var res *perfResult
-	var err error
-	switch role {
-	case "server":
+	if role == "server" {
 		return perfServe(open, peer, *perfOpts.json, stdout, progress)
-	case "client":
-		res, err = perfClient(open, peer, op, size, qd, dur, &pi, progress)
-	default:
-		res, err = perfRuns(open, perfOps[op], size, qd, qps, dur, &pi, progress)
 	}
-	if err != nil {
-		if errors.Is(err, verbs.ErrDeviceLost) {
-			return fmt.Errorf("the daemon at %s went away: %w", *perfOpts.connect, err)
+	tab := perfTable{w: stdout, op: op, lat: lat, qd: qd, qps: qps, pi: pi.mode, dur: dur, all: all, connect: *perfOpts.connect, role: role}
+	if all && !*perfOpts.json {
+		tab.header()
+	}
+	for _, size := range sizes {
+		var res *perfResult
+		var err error
+		if role == "client" {
+			res, err = perfClient(open, peer, op, size, qd, dur, &pi, progress)
+		} else {
+			res, err = perfRuns(open, perfOps[op], size, qd, qps, dur, &pi, progress)
 		}
-		return err
+		if err != nil {
+			if errors.Is(err, verbs.ErrDeviceLost) {
+				return fmt.Errorf("the daemon at %s went away: %w", *perfOpts.connect, err)
+			}
+			return err
+		}
+		res.Op = op
+		res.Mode = "bw"
+		if lat {
+			res.Mode = "lat"
+		}
+		if *perfOpts.json {
+			if err := json.NewEncoder(stdout).Encode(res); err != nil {
+				return err
+			}
+			continue
+		}
+		if !all {
+			fmt.Fprintln(stdout)
+			tab.header()
+		}
+		tab.row(res)
 	}
-	res.Op = op
-	if *perfOpts.json {
-		return json.NewEncoder(stdout).Encode(res)
+	if !*perfOpts.json {
+		tab.footer()
 	}
-	fmt.Fprintf(stdout, "\n%-6s %10s %5s %14s %12s %10s %10s\n", "op", "bytes", "qd", "ops/s", "GB/s", "p50 µs", "p99 µs")
-	fmt.Fprintf(stdout, "%-6s %10d %5d %14.0f %12.3f %10.2f %10.2f\n", op, size, qd, res.OpsPerSec, res.GBytesPerSec, res.LatUS.P50, res.LatUS.P99)
 	return nil
 }
+
+// perfSweep is -a's sizes: 2, 4, ... perfSweepMax, or with PI the
+// interval and the powers of two above it.
+func perfSweep(pi perfPI) []int {
+	first := 2
+	if pi.mode != "none" && pi.interval > 0 {
+		first = pi.interval
+	}
+	var sizes []int
+	for s := first; s <= perfSweepMax; s *= 2 {
+		sizes = append(sizes, s)
+	}
+	return sizes
+}
+
+// perfTable prints perf's human-readable table, in perftest's layout:
+// ib_write_bw's columns (less BW peak) with our p50 and p99, or with
+// --lat ib_write_lat's.
+type perfTable struct {
+	w       io.Writer
+	op      string
+	lat     bool
+	qd, qps int
+	pi      string
+	dur     time.Duration
+	all     bool
+	connect string
+	role    string
+}
+
+const perfRule = "---------------------------------------------------------------------------------------"
+
+// perfTestNames are perftest's names of the operations.
+var perfTestNames = map[string]string{"write": "RDMA_Write", "read": "RDMA_Read", "send": "Send"}
+
+func (t *perfTable) header() {
+	kind := "BW"
+	if t.lat {
+		kind = "Latency"
+	}
+	where := "in process"
+	switch {
+	case t.role == "client":
+		where = "client, daemon " + t.connect
+	case t.connect != "":
+		where = "daemon " + t.connect
+	}
+	per := ""
+	if t.all {
+		per = " per size"
+	}
+	fmt.Fprintln(t.w, perfRule)
+	fmt.Fprintf(t.w, "                    %s %s Test (hcasim, %s)\n", perfTestNames[t.op], kind, where)
+	fmt.Fprintf(t.w, " Number of qps   : %d\t\tTX depth : %d\n", t.qps, t.qd)
+	fmt.Fprintf(t.w, " PI              : %s\t\tDuration : %v%s\n", t.pi, t.dur, per)
+	fmt.Fprintln(t.w, perfRule)
+	if t.lat {
+		fmt.Fprintf(t.w, " %-7s %-11s %-12s %-12s %-16s %-12s %-14s %-21s %s\n", "#bytes", "#iterations",
+			"t_min[usec]", "t_max[usec]", "t_typical[usec]", "t_avg[usec]", "t_stdev[usec]", "99% percentile[usec]", "99.9% percentile[usec]")
+		return
+	}
+	fmt.Fprintf(t.w, " %-10s %-14s %-20s %-15s %-11s %s\n", "#bytes", "#iterations", "BW average[MB/sec]", "MsgRate[Mpps]", "p50[usec]", "p99[usec]")
+}
+
+func (t *perfTable) row(r *perfResult) {
+	l := &r.LatUS
+	if t.lat {
+		fmt.Fprintf(t.w, " %-7d %-11d %-12.2f %-12.2f %-16.2f %-12.2f %-14.2f %-21.2f %.2f\n", r.Size, r.Iterations,
+			l.Min, l.Max, l.P50, l.Avg, l.Stdev, l.P99, l.P999)
+		return
+	}
+	fmt.Fprintf(t.w, " %-10d %-14d %-20.2f %-15.6f %-11.2f %.2f\n", r.Size, r.Iterations, r.MBPerSec, r.Mpps, l.P50, l.P99)
+}
+
+func (t *perfTable) footer() { fmt.Fprintln(t.w, perfRule) }
 
 // perfOps are perf's operations.
 var perfOps = map[string]verbs.WROpcode{"write": verbs.WRRDMAWrite, "read": verbs.WRRDMARead, "send": verbs.WRSend}
@@ -435,8 +595,7 @@ func perfRuns(open func() (*verbs.Context, error), op verbs.WROpcode, size, qd, 
 		sum.OpsPerSec += r.OpsPerSec
 		sum.lat = append(sum.lat, r.lat...)
 	}
-	sum.GBytesPerSec = sum.OpsPerSec * float64(size) / 1e9
-	sum.percentiles()
+	sum.stats()
 	return sum, nil
 }
 
@@ -610,16 +769,40 @@ func perfLoop(a *perfEnd, wr verbs.SendWR, size, qd int, dur time.Duration, piMo
 	el := time.Since(start).Seconds()
 	r := &perfResult{Size: size, QD: qd, QPs: 1, PI: piMode, ops: done, lat: lat}
 	r.OpsPerSec = float64(done) / el
-	r.GBytesPerSec = r.OpsPerSec * float64(size) / 1e9
-	r.percentiles()
+	r.stats()
 	return r, nil
 }
 
-// percentiles sets the latency figures from the samples.
-func (r *perfResult) percentiles() {
-	if len(r.lat) > 0 {
-		slices.Sort(r.lat)
-		r.LatUS.P50 = float64(r.lat[len(r.lat)/2]) / 1e3
-		r.LatUS.P99 = float64(r.lat[len(r.lat)*99/100]) / 1e3
+// stats sets the figures derived from the operations, the rate and the
+// latency samples (after the run: the loop only stores the samples).
+func (r *perfResult) stats() {
+	r.Iterations = r.ops
+	r.GBytesPerSec = r.OpsPerSec * float64(r.Size) / 1e9
+	r.MBPerSec = r.OpsPerSec * float64(r.Size) / (1 << 20)
+	r.Mpps = r.OpsPerSec / 1e6
+	n := len(r.lat)
+	l := &r.LatUS
+	l.Samples = n
+	if n == 0 {
+		return
 	}
+	slices.Sort(r.lat)
+	us := func(d time.Duration) float64 { return float64(d) / 1e3 }
+	l.Min, l.Max = us(r.lat[0]), us(r.lat[n-1])
+	l.P50 = us(r.lat[n/2])
+	l.P99 = us(r.lat[n*99/100])
+	l.P999 = us(r.lat[n*999/1000])
+	var sum float64
+	for _, d := range r.lat {
+		sum += us(d)
+	}
+	l.Avg = sum / float64(n)
+	var sq float64
+	for _, d := range r.lat {
+		dev := us(d) - l.Avg
+		sq += dev * dev
+	}
+	l.Stdev = math.Sqrt(sq / float64(n))
+	// The mean of rounded floats may stray outside the sorted extremes.
+	l.Avg = min(max(l.Avg, l.Min), l.Max)
 }
