@@ -49,7 +49,8 @@ var perfCmd = &command{
 	usage: "write|read|send [--size N | -a] [--lat] [--qd N] [--qps N] [--duration D] [--pi none|insert|strip|pass] [--interval 512|4096] [--connect SOCKET [--role both|server|client] [--peer PATH]] [--json]\n\n" +
 		"The table has perftest's columns: #bytes, #iterations (operations completed), BW average[MB/sec]\n" +
 		"(MB = 2^20 bytes, as perftest counts them) and MsgRate[Mpps], with the post-to-completion latency's\n" +
-		"p50 and p99 (no BW peak: perftest's is the shortest single operation's, not a rate this measures).\n" +
+		"p50 and p99. No BW peak: perftest's is the best rate over any run of consecutive operations, from\n" +
+		"each one's post and completion times; perf keeps only their difference (the latency samples).\n" +
 		"--lat is ib_write_lat's table instead: QD 1, one operation at a time, and the post-to-completion\n" +
 		"time's t_min, t_max, t_typical (median), t_avg, t_stdev and 99% and 99.9% percentiles in µs (a\n" +
 		"round trip: a WRITE or SEND completes when the responder acknowledged it; ib_write_lat and\n" +
