@@ -3,27 +3,22 @@ package dma
 import (
 	"sync"
 	"testing"
+
+	"github.com/stretchr/testify/require"
 )
 
 func TestWords(t *testing.T) {
 	b := make([]byte, 16)
 	StoreBE32(b[4:], 0x11223344)
-	if b[4] != 0x11 || b[7] != 0x44 || LoadBE32(b[4:]) != 0x11223344 {
-		t.Fatalf("StoreBE32 wrote % x", b)
-	}
+	require.Equal(t, []byte{0x11, 0x22, 0x33, 0x44}, b[4:8], "StoreBE32")
+	require.Equal(t, uint32(0x11223344), LoadBE32(b[4:]), "LoadBE32")
 	StoreBytes(b[8:], [4]byte{1, 2, 3, 4})
-	if b[8] != 1 || b[11] != 4 || LoadBytes(b[8:]) != [4]byte{1, 2, 3, 4} {
-		t.Fatalf("StoreBytes wrote % x", b)
-	}
-	if Aligned(b[1:]) || Aligned(b[14:]) || !Aligned(b[12:]) {
-		t.Fatal("Aligned")
-	}
-	defer func() {
-		if recover() == nil {
-			t.Fatal("misaligned access did not panic")
-		}
-	}()
-	LoadBE32(b[1:])
+	require.Equal(t, []byte{1, 2, 3, 4}, b[8:12], "StoreBytes")
+	require.Equal(t, [4]byte{1, 2, 3, 4}, LoadBytes(b[8:]), "LoadBytes")
+	require.False(t, Aligned(b[1:]), "Aligned(b[1:])")
+	require.False(t, Aligned(b[14:]), "Aligned(b[14:])")
+	require.True(t, Aligned(b[12:]), "Aligned(b[12:])")
+	require.Panics(t, func() { LoadBE32(b[1:]) }, "misaligned access")
 }
 
 // A publish/consume hand-off is race-free under the race detector.
@@ -41,9 +36,7 @@ func TestHandOff(t *testing.T) {
 	for LoadBE32(buf[60:]) != 1 {
 	}
 	for i := range 60 {
-		if buf[i] != byte(i) {
-			t.Fatal("payload not visible after the publishing word")
-		}
+		require.Equal(t, byte(i), buf[i], "payload byte %d not visible after the publishing word", i)
 	}
 	wg.Wait()
 }
