@@ -102,8 +102,10 @@ func TestPerfTableColumns(t *testing.T) {
 	assert.Greater(t, mpps, 0.0)
 	// MB are perftest's, 2^20 bytes: BW = MsgRate * size.
 	assert.InEpsilon(t, mpps*1e6*size/(1<<20), mbs, 0.01, "BW average %v MB/s at %v Mpps", mbs, mpps)
-	// The operations over the run's length (100ms, plus the last ones' drain).
-	assert.InEpsilon(t, mpps*1e6*0.1, iters, 0.3, "%v operations at %v Mpps in 100ms", iters, mpps)
+	// The operations over the run's length: 100ms, plus the last ones'
+	// drain and whatever a loaded machine adds.
+	assert.GreaterOrEqual(t, iters, mpps*1e6*0.1*0.99, "%v operations at %v Mpps in 100ms", iters, mpps)
+	assert.LessOrEqual(t, iters, mpps*1e6*0.1*2, "%v operations at %v Mpps in 100ms", iters, mpps)
 	assert.Greater(t, p50, 0.0)
 	assert.LessOrEqual(t, p50, p99)
 
