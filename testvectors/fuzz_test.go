@@ -6,8 +6,10 @@ import (
 	"encoding/json"
 	"errors"
 	"os"
-	"reflect"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // maxFuzzData bounds the data a fuzzed case may build before it is run, to
@@ -43,15 +45,11 @@ func FuzzParseCase(f *testing.F) {
 			case err == nil:
 				c1 := c
 				c1.Line = 1
-				if !reflect.DeepEqual(cs[0], c1) {
-					t.Fatalf("Parse and ParseCase differ")
-				}
+				require.Equal(t, c1, cs[0], "Parse and ParseCase differ")
 			}
 		}
 		if err != nil {
-			if !errors.Is(err, ErrMalformed) {
-				t.Fatalf("ParseCase error %v is not ErrMalformed", err)
-			}
+			require.ErrorIs(t, err, ErrMalformed, "ParseCase error")
 			return
 		}
 		if c.ID == "" || c.Input.Data == nil || c.InputLen == nil || c.Expected == nil {
@@ -59,35 +57,21 @@ func FuzzParseCase(f *testing.F) {
 		}
 		// Round trip through JSON.
 		b, err := json.Marshal(&c)
-		if err != nil {
-			t.Fatalf("Marshal: %v", err)
-		}
+		require.NoError(t, err, "Marshal")
 		c2, err := ParseCase(b)
-		if err != nil {
-			t.Fatalf("re-parse of %s: %v", b, err)
-		}
-		if b2, err := json.Marshal(&c2); err != nil || !bytes.Equal(b, b2) {
-			t.Fatalf("round trip changed the case:\n%s\n%s", b, b2)
-		}
+		require.NoError(t, err, "re-parse of %s", b)
+		b2, err := json.Marshal(&c2)
+		require.NoError(t, err, "Marshal of the re-parsed case")
+		require.Equal(t, string(b), string(b2), "round trip changed the case")
 		if d := c.Input.Data; d.Len != nil && *d.Len > maxFuzzData {
 			return
 		}
 		r := c.Run()
-		if r.Case != &c {
-			t.Fatalf("Result.Case is not the case run")
-		}
-		if r.Passed() != (len(r.Diffs) == 0) {
-			t.Fatalf("Passed() = %v with %d diffs", r.Passed(), len(r.Diffs))
-		}
-		for _, d := range r.Diffs {
-			if d == "" {
-				t.Fatalf("empty diff line")
-			}
-		}
+		require.Same(t, &c, r.Case, "Result.Case is not the case run")
+		require.Equal(t, len(r.Diffs) == 0, r.Passed(), "Passed() with %d diffs", len(r.Diffs))
+		require.NotContains(t, r.Diffs, "", "empty diff line")
 		// Run does not change the case: a second run reports the same.
-		if r2 := c.Run(); !reflect.DeepEqual(r.Diffs, r2.Diffs) {
-			t.Fatalf("second run differs: %q vs %q", r.Diffs, r2.Diffs)
-		}
+		require.Equal(t, r.Diffs, c.Run().Diffs, "second run differs")
 	})
 }
 
@@ -95,31 +79,21 @@ func FuzzParseCase(f *testing.F) {
 // split extension leaves every result unchanged.
 func TestPublicRoundTripAndSplits(t *testing.T) {
 	cs, err := Load("public.jsonl")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	for i := range cs {
 		c := cs[i]
 		b, err := json.Marshal(&c)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err, c.ID)
 		c2, err := ParseCase(b)
-		if err != nil {
-			t.Fatalf("%s: %v", c.ID, err)
-		}
-		if r := c2.Run(); !r.Passed() {
-			t.Errorf("%s after a round trip: %q", c.ID, r.Diffs)
-		}
+		require.NoError(t, err, c.ID)
+		assert.Empty(t, c2.Run().Diffs, "%s after a round trip", c.ID)
 		if c.Op == "crc" {
 			continue
 		}
 		for _, splits := range [][]Num{{1}, {3, 509}, {7, 1, 4096}, {520}} {
 			c3 := c2
 			c3.Params.Splits = splits
-			if r := c3.Run(); !r.Passed() {
-				t.Errorf("%s with splits %v: %q", c.ID, splits, r.Diffs)
-			}
+			assert.Empty(t, c3.Run().Diffs, "%s with splits %v", c.ID, splits)
 		}
 	}
 }

@@ -6,19 +6,15 @@ import (
 	"testing"
 
 	"github.com/hcasim/hcasim/testvectors/gen/refgen"
+	"github.com/stretchr/testify/require"
 )
 
 // The committed generated.jsonl is what the reference generator writes.
 func TestGeneratedUpToDate(t *testing.T) {
 	var b bytes.Buffer
-	if err := refgen.Write(&b); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, refgen.Write(&b))
 	got, err := os.ReadFile("generated.jsonl")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !bytes.Equal(got, b.Bytes()) {
-		t.Fatal("generated.jsonl is stale: run go run ./testvectors/gen > testvectors/generated.jsonl")
-	}
+	require.NoError(t, err)
+	require.True(t, bytes.Equal(got, b.Bytes()),
+		"generated.jsonl is stale: run go run ./testvectors/gen > testvectors/generated.jsonl")
 }
