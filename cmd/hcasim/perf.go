@@ -67,7 +67,7 @@ var perfCmd = &command{
 		fs.BoolVar(perfOpts.all, "all", false, "the same as -a")
 		perfOpts.qps = fs.Int("qps", 1, fmt.Sprintf("QP pairs, each with its own poster and --qd outstanding (in process, --role both), 1..%d", perfMaxQPs))
 		perfOpts.duration = fs.Duration("duration", 3*time.Second, "how long to run")
-		perfOpts.json = fs.Bool("json", false, "print only one JSON object (progress goes to standard error)")
+		perfOpts.json = fs.Bool("json", false, "print only one JSON object (with -a one a line, per size; progress goes to standard error)")
 		perfOpts.pi = fs.String("pi", "none", "protection information through a signature key on the data's side: none, insert (memory plain, wire T10-DIF), strip (memory T10-DIF, wire plain) or pass (both)")
 		perfOpts.interval = fs.Int("interval", 4096, "protection interval for --pi: 512 or 4096 (--size a multiple of it)")
 		perfOpts.mkey = fs.Bool("mkey", false, "with --pi: configure the signature key the mlx5dv way (CreateMkey and an mkey configure in the send queue, PI interleaved in memory) instead of the kernel's REG_MR_INTEGRITY")
