@@ -6,6 +6,9 @@ import (
 	"math/rand/v2"
 	"strings"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // The worked example of mlx5-integrity.md §2.5: PASS, 512 B blocks, 4096 B
@@ -21,29 +24,22 @@ func TestBSFWorkedExample(t *testing.T) {
 		RepeatBlock: true, IncRefTag: true, Escape: EscapeApp, AppTagMask: 0xFFFF}
 	want := BSFFields{Size: BSFWithInline, SBS: true, CheckMask: 0xCF, WireByte: 0xFF, MemSelector: 1,
 		RawDataSize: 4096, WirePSV: 0x11, MemPSV: 0x10, Wire: dom, Mem: dom}
-	if err := BSF(b).Validate(); err != nil {
-		t.Fatal(err)
-	}
-	if got := BSF(b).Fields(); got != want {
-		t.Fatalf("decoded\n got %+v\nwant %+v", got, want)
-	}
-	if n, ok := BlockSize(want.MemSelector); !ok || n != 512 {
-		t.Fatalf("selector 1 = %d", n)
-	}
+	require.NoError(t, BSF(b).Validate())
+	require.Equal(t, want, BSF(b).Fields(), "decoded")
+	n, ok := BlockSize(want.MemSelector)
+	require.True(t, ok, "selector 1")
+	require.Equal(t, 512, n, "selector 1")
 	enc := make(BSF, BSFSize)
 	enc.Encode(&want)
-	if !bytes.Equal(enc, b) {
-		t.Fatalf("encoded\n got % x\nwant % x", []byte(enc), b)
-	}
+	require.Equal(t, b, []byte(enc), "encoded")
 }
 
 func TestSelectors(t *testing.T) {
 	for iv, sel := range map[int]uint8{512: 1, 520: 2, 4096: 3, 4160: 4, 1 << 30: 5, 4048: 6, 1024: 0} {
-		if got := Selector(iv); got != sel {
-			t.Errorf("Selector(%d) = %d, want %d", iv, got, sel)
-		}
-		if n, ok := BlockSize(sel); sel != 0 && (!ok || n != iv) {
-			t.Errorf("BlockSize(%d) = %d, %v", sel, n, ok)
+		assert.Equal(t, sel, Selector(iv), "Selector(%d)", iv)
+		if n, ok := BlockSize(sel); sel != 0 {
+			assert.True(t, ok, "BlockSize(%d)", sel)
+			assert.Equal(t, iv, n, "BlockSize(%d)", sel)
 		}
 	}
 }
@@ -62,9 +58,7 @@ func TestBSFRoundTrip(t *testing.T) {
 			Ext: [4]uint32{rng.Uint32(), rng.Uint32(), rng.Uint32(), rng.Uint32()}, Wire: inl(), Mem: inl()}
 		b := make(BSF, BSFSize)
 		b.Encode(&f)
-		if got := b.Fields(); got != f {
-			t.Fatalf("round trip\n got %+v\nwant %+v", got, f)
-		}
+		require.Equal(t, f, b.Fields(), "round trip")
 	}
 }
 
@@ -78,9 +72,7 @@ func FuzzBSF(f *testing.F) {
 		fl := v.Fields()
 		enc := make(BSF, BSFSize)
 		enc.Encode(&fl)
-		if again := enc.Fields(); again != fl {
-			t.Fatalf("decode∘encode∘decode changed the fields")
-		}
+		require.Equal(t, fl, enc.Fields(), "decode∘encode∘decode changed the fields")
 		_ = v.Validate()
 	})
 }

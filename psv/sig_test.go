@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/hcasim/hcasim/t10dif"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // inl is a T10-DIF inline section as mlx5_set_bsf writes it.
@@ -35,9 +37,8 @@ func generate(t *testing.T, d t10dif.Domain, data []byte) []byte {
 		return append([]byte(nil), data...)
 	}
 	out := make([]byte, len(data)/d.Interval*(d.Interval+8))
-	if _, err := t10dif.Generate(d, t10dif.Buf{Data: out}, data); err != nil {
-		t.Fatal(err)
-	}
+	_, err := t10dif.Generate(d, t10dif.Buf{Data: out}, data)
+	require.NoError(t, err)
 	return out
 }
 
@@ -46,14 +47,12 @@ func stream(t *testing.T, s *Sig, toWire bool, first uint64, src []byte, outLen 
 	t.Helper()
 	cfg := s.Config(toWire, first)
 	st, err := t10dif.NewStream(&cfg)
-	if err != nil {
-		t.Fatalf("stream: %v", err)
-	}
+	require.NoError(t, err, "stream")
 	out := make([]byte, outLen)
 	nd, ns, err := st.Process(out, src)
-	if err != nil || nd != outLen || ns != len(src) {
-		t.Fatalf("process: %d of %d out, %d of %d in, %v", nd, outLen, ns, len(src), err)
-	}
+	require.NoError(t, err, "process")
+	require.Equal(t, outLen, nd, "process: bytes out")
+	require.Equal(t, len(src), ns, "process: bytes in")
 	st.Close()
 	return out, st.FirstError()
 }
@@ -88,38 +87,30 @@ func TestDecodeRecipes(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s, err := Decode(encodeBSF(tc.f), 0, 0)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if s.Unit != tc.unit {
-				t.Fatalf("unit %d, want %d", s.Unit, tc.unit)
-			}
+			require.NoError(t, err)
+			require.Equal(t, tc.unit, s.Unit, "unit")
 			const units = 3
 			data := pattern(units * tc.unit)
 			mem, wire := generate(t, tc.mem, data), generate(t, tc.wire, data)
-			if uint64(len(mem)) != units*s.MemBlock() || uint64(len(wire)) != units*s.WireBlock() {
-				t.Fatalf("unit sizes %d/%d, images %d/%d", s.MemBlock(), s.WireBlock(), len(mem), len(wire))
-			}
+			require.Len(t, mem, int(units*s.MemBlock()), "memory image")
+			require.Len(t, wire, int(units*s.WireBlock()), "wire image")
 			// The whole key, then the last unit alone (ref tags continue).
 			for _, first := range []uint64{0, units - 1} {
 				mo, ml, err := s.MemRange(first*s.WireBlock(), (units-first)*s.WireBlock())
-				if err != nil || mo != first*s.MemBlock() || ml != (units-first)*s.MemBlock() {
-					t.Fatalf("MemRange from unit %d = %d+%d, %v", first, mo, ml, err)
-				}
+				require.NoError(t, err, "MemRange from unit %d", first)
+				require.Equal(t, first*s.MemBlock(), mo, "MemRange offset from unit %d", first)
+				require.Equal(t, (units-first)*s.MemBlock(), ml, "MemRange length from unit %d", first)
 				w := wire[first*s.WireBlock():]
 				m := mem[mo:]
 				got, e := stream(t, s, true, first, m, len(w))
-				if e != nil || !bytes.Equal(got, w) {
-					t.Fatalf("memory to wire from unit %d: error %v, equal %v", first, e, bytes.Equal(got, w))
-				}
+				require.Nil(t, e, "memory to wire from unit %d", first)
+				require.True(t, bytes.Equal(got, w), "memory to wire from unit %d: output differs", first)
 				got, e = stream(t, s, false, first, w, len(m))
-				if e != nil || !bytes.Equal(got, m) {
-					t.Fatalf("wire to memory from unit %d: error %v, equal %v", first, e, bytes.Equal(got, m))
-				}
+				require.Nil(t, e, "wire to memory from unit %d", first)
+				require.True(t, bytes.Equal(got, m), "wire to memory from unit %d: output differs", first)
 			}
-			if _, _, err := s.MemRange(1, s.WireBlock()); !errors.Is(err, ErrUnaligned) {
-				t.Errorf("unaligned range: %v", err)
-			}
+			_, _, err = s.MemRange(1, s.WireBlock())
+			assert.ErrorIs(t, err, ErrUnaligned, "unaligned range")
 			// A range ending inside its last unit: refused when the HCA
 			// re-blocks, else the tail's data (and tuple bytes) only.
 			reblock := (s.Mem.HasPI() && s.Mem.Interval != s.Unit) || (s.Wire.HasPI() && s.Wire.Interval != s.Unit)
@@ -129,17 +120,15 @@ func TestDecodeRecipes(t *testing.T) {
 				}
 				_, ml, err := s.MemRange(0, s.WireBlock()+tail)
 				if reblock {
-					if !errors.Is(err, ErrUnaligned) {
-						t.Errorf("partial re-blocked unit: %v", err)
-					}
+					assert.ErrorIs(t, err, ErrUnaligned, "partial re-blocked unit")
 					continue
 				}
 				want := s.MemBlock() + min(tail, uint64(s.Unit))
 				if s.Mem.HasPI() {
 					want += tail - min(tail, uint64(s.Unit))
 				}
-				if err != nil || ml != want {
-					t.Errorf("unit + %d wire bytes: memory %d (%v), want %d", tail, ml, err, want)
+				if assert.NoError(t, err, "unit + %d wire bytes", tail) {
+					assert.Equal(t, want, ml, "unit + %d wire bytes: memory", tail)
 				}
 			}
 		})
@@ -152,22 +141,16 @@ func TestDecodeRecipes(t *testing.T) {
 func TestErrOffset(t *testing.T) {
 	s, err := Decode(encodeBSF(BSFFields{CheckMask: 0xCF, WireByte: 3, MemSelector: 1,
 		Wire: inl(SigTypeCRC, 0, 0), Mem: inl(SigTypeCRC, 0, 0)}), 0, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	data := pattern(2 * 4096)
 	mem := generate(t, s.Mem, data)
 	mem[13*520+3] ^= 1 // memory block 5 of the second unit = block 13 of the key
 	_, e := stream(t, s, true, 1, mem[s.MemBlock():], int(s.WireBlock()))
-	if e == nil || e.Type != t10dif.ErrorGuard || e.Block != 5 {
-		t.Fatalf("error %+v, want a guard error in block 5", e)
-	}
-	if off := s.ErrOffset(true, 1, e.Block); off != 13*520 {
-		t.Errorf("offset %d, want %d", off, 13*520)
-	}
-	if off := s.ErrOffset(false, 1, 0); off != 1*4104 {
-		t.Errorf("wire input offset %d, want %d", off, 4104)
-	}
+	require.NotNil(t, e, "want a guard error in block 5")
+	require.Equal(t, t10dif.ErrorGuard, e.Type, "error %+v", e)
+	require.EqualValues(t, 5, e.Block, "error %+v", e)
+	assert.EqualValues(t, 13*520, s.ErrOffset(true, 1, e.Block), "offset")
+	assert.EqualValues(t, 1*4104, s.ErrOffset(false, 1, 0), "wire input offset")
 }
 
 func TestDecodeRejects(t *testing.T) {
@@ -180,15 +163,13 @@ func TestDecodeRejects(t *testing.T) {
 		{"unknown guard type", BSFFields{WireByte: 1, Wire: inl(7, 0, 0)}},
 		{"unknown escape", BSFFields{WireByte: 1, Wire: InlineFields{SigType: SigTypeCRC, Escape: 3}}},
 	} {
-		if _, err := Decode(encodeBSF(tc.f), 0, 0); !errors.Is(err, ErrBadBSF) {
-			t.Errorf("%s: %v, want ErrBadBSF", tc.name, err)
-		}
+		_, err := Decode(encodeBSF(tc.f), 0, 0)
+		assert.ErrorIs(t, err, ErrBadBSF, tc.name)
 	}
 	b := encodeBSF(BSFFields{WireByte: 1, Wire: inl(SigTypeCRC, 0, 0)})
 	b[0] = 0
-	if _, err := Decode(b, 0, 0); err == nil {
-		t.Error("a BSF without inline sections decoded")
-	}
+	_, err := Decode(b, 0, 0)
+	assert.Error(t, err, "a BSF without inline sections decoded")
 }
 
 // FuzzDecode: any BSF bytes and seeds either fail to decode with an error
@@ -211,18 +192,16 @@ func FuzzDecode(f *testing.F) {
 			}
 			return
 		}
-		if s.Unit <= 0 || (s.Mem.HasPI() && s.Unit%s.Mem.Interval != 0) || (s.Wire.HasPI() && s.Unit%s.Wire.Interval != 0) {
-			t.Fatalf("unit %d for intervals %d/%d", s.Unit, s.Mem.Interval, s.Wire.Interval)
-		}
+		require.False(t, s.Unit <= 0 || (s.Mem.HasPI() && s.Unit%s.Mem.Interval != 0) || (s.Wire.HasPI() && s.Unit%s.Wire.Interval != 0),
+			"unit %d for intervals %d/%d", s.Unit, s.Mem.Interval, s.Wire.Interval)
 		mo, ml, err := s.MemRange(2*s.WireBlock(), 3*s.WireBlock())
-		if err != nil || mo != 2*s.MemBlock() || ml != 3*s.MemBlock() {
-			t.Fatalf("MemRange of whole units = %d+%d, %v", mo, ml, err)
-		}
+		require.NoError(t, err, "MemRange of whole units")
+		require.Equal(t, 2*s.MemBlock(), mo, "MemRange offset of whole units")
+		require.Equal(t, 3*s.MemBlock(), ml, "MemRange length of whole units")
 		for _, toWire := range []bool{true, false} {
 			cfg := s.Config(toWire, 5)
-			if _, err := t10dif.NewStream(&cfg); err != nil {
-				t.Fatalf("decoded configuration refused by t10dif (toWire %v): %v", toWire, err)
-			}
+			_, err := t10dif.NewStream(&cfg)
+			require.NoError(t, err, "decoded configuration refused by t10dif (toWire %v)", toWire)
 		}
 	})
 }
