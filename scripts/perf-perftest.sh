@@ -49,7 +49,7 @@ p50 = perf(1, lambda r: r["lat_us"]["p50"])
 bw = perf(2, lambda r: r["gbytes_per_sec"])
 rate = perf(3, lambda r: r["ops_per_sec"] / 1e6)
 lat = pt(1, 4)                        # t_typical [usec]
-tbw = [x / 1000 for x in pt(2, 3)]    # BW average [MB/sec] -> GB/s
+tbw = [x * 1048576 / 1e9 for x in pt(2, 3)]    # BW average [MB/sec], MB = 2^20 bytes (perftest) -> GB/s
 trate = pt(3, 4)                      # MsgRate [Mpps]
 show = lambda xs: " ".join(f"{x:.2f}" for x in xs)
 print(f"perf --connect write 64 B QD1 p50 us:   {show(p50)}  median {med(p50):.2f}")
