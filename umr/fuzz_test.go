@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/hcasim/hcasim/klm"
+
+	"github.com/stretchr/testify/require"
 )
 
 // fuzzEnv has one key of each mode, free and UMR-enabled.
@@ -44,24 +46,17 @@ func FuzzDecodeApply(f *testing.F) {
 			return bytes.Join(segs, nil), err
 		})
 		if err != nil {
-			if op != nil {
-				t.Fatal("Decode returned an op with an error")
-			}
+			require.Nil(t, op, "Decode returned an op with an error")
 			return
 		}
 		if err := Apply(e.tab, op); err != nil {
-			if e.tab.Lookup(k.Index()) != before {
-				t.Fatalf("failed UMR changed the table: %v", err)
-			}
+			require.Same(t, before, e.tab.Lookup(k.Index()), "failed UMR changed the table: %v", err)
 			return
 		}
 		m := e.tab.Lookup(k.Index())
-		if m == before || m == nil {
-			t.Fatal("successful UMR did not publish a new context")
-		}
-		if !m.Access.Valid() {
-			t.Fatalf("published invalid access %v", m.Access)
-		}
+		require.NotNil(t, m, "successful UMR did not publish a new context")
+		require.NotSame(t, before, m, "successful UMR did not publish a new context")
+		require.True(t, m.Access.Valid(), "published invalid access %v", m.Access)
 		// Resolving through the new key stays inside mapped memory.
 		cur := klm.MakeKey(k.Index(), m.Variant)
 		for _, n := range []uint64{1, 64, 4096} {
@@ -73,9 +68,7 @@ func FuzzDecodeApply(f *testing.F) {
 			for _, s := range segs {
 				total += len(s)
 			}
-			if uint64(total) != n {
-				t.Fatalf("resolved %d bytes for %d", total, n)
-			}
+			require.EqualValues(t, n, total, "resolved bytes for %d", n)
 		}
 	})
 }

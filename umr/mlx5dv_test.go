@@ -12,6 +12,9 @@ import (
 	"testing"
 
 	"github.com/hcasim/hcasim/klm"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // mlx5dvProgram prints the sizes and offsets this package and klm rely on,
@@ -102,17 +105,12 @@ func TestMlx5dvHeader(t *testing.T) {
 	}
 	dir := t.TempDir()
 	src := filepath.Join(dir, "layout.c")
-	if err := os.WriteFile(src, []byte(mlx5dvProgram), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, os.WriteFile(src, []byte(mlx5dvProgram), 0o644))
 	bin := filepath.Join(dir, "layout")
-	if out, err := exec.Command(cc, "-O0", "-Wall", "-o", bin, src).CombinedOutput(); err != nil {
-		t.Fatalf("compile against mlx5dv.h: %v\n%s", err, out)
-	}
-	out, err := exec.Command(bin).Output()
-	if err != nil {
-		t.Fatal(err)
-	}
+	out, err := exec.Command(cc, "-O0", "-Wall", "-o", bin, src).CombinedOutput()
+	require.NoError(t, err, "compile against mlx5dv.h:\n%s", out)
+	out, err = exec.Command(bin).Output()
+	require.NoError(t, err)
 	got := map[string]string{}
 	sc := bufio.NewScanner(bytes.NewReader(out))
 	for sc.Scan() {
@@ -122,9 +120,7 @@ func TestMlx5dvHeader(t *testing.T) {
 	}
 	num := func(k string) uint64 {
 		v, err := strconv.ParseUint(got[k], 10, 64)
-		if err != nil {
-			t.Fatalf("%s: %q", k, got[k])
-		}
+		require.NoError(t, err, "%s: %q", k, got[k])
 		return v
 	}
 	for k, want := range map[string]uint64{
@@ -139,9 +135,7 @@ func TestMlx5dvHeader(t *testing.T) {
 		"mask.bsf_enable": uint64(MaskBSFEnable), "mask.mkey": uint64(MaskKey), "mask.qpn": uint64(MaskQPN), "mask.free": uint64(MaskFree),
 		"flag.inline": FlagInline, "flag.check_free": FlagCheckNotFree, // rdma-core's CHECK_FREE is "fail if not free"
 	} {
-		if v := num(k); v != want {
-			t.Errorf("%s: mlx5dv.h says %d, we use %d", k, v, want)
-		}
+		assert.Equal(t, num(k), want, "%s: mlx5dv.h (expected) vs ours (actual)", k)
 	}
 	// Golden bytes: ours must equal the header's.
 	c := make(CtrlSeg, CtrlSegSize)
@@ -153,8 +147,6 @@ func TestMlx5dvHeader(t *testing.T) {
 	k := make([]byte, klm.KLMSize)
 	klm.KLM(k).Encode(&klm.KLMFields{ByteCount: 4160, Key: 0xc0ffee, VA: 0x7f0012345000})
 	for name, b := range map[string][]byte{"gold.umr_ctrl": c, "gold.repeat": r, "gold.entry": e, "gold.klm": k} {
-		if got[name] != hex.EncodeToString(b) {
-			t.Errorf("%s: header gives %s, we give %x", name, got[name], b)
-		}
+		assert.Equal(t, got[name], hex.EncodeToString(b), "%s: header (expected) vs ours (actual)", name)
 	}
 }

@@ -4,21 +4,20 @@ import (
 	"bytes"
 	"encoding/binary"
 	"encoding/hex"
-	"errors"
 	"math/rand/v2"
-	"reflect"
 	"strings"
 	"testing"
 
 	"github.com/hcasim/hcasim/klm"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 func unhex(t testing.TB, s string) []byte {
 	t.Helper()
 	b, err := hex.DecodeString(strings.Join(strings.Fields(s), ""))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	return b
 }
 
@@ -31,9 +30,7 @@ func TestSegmentLayouts(t *testing.T) {
 	c := make(CtrlSeg, CtrlSegSize)
 	c.Encode(&CtrlFields{Flags: 0xA0, XLTOctowords: 0x0102, BSFOctowords: 0x0304, Mask: 0x0506070809101112, XLTOffsetHi: 0x13141516})
 	want := unhex(t, `a0 000000 0102 0304 0506070809101112 13141516`+strings.Repeat("00", 28))
-	if !bytes.Equal(c, want) {
-		t.Errorf("ctrl seg\n got % x\nwant % x", []byte(c), want)
-	}
+	assert.Equal(t, want, []byte(c), "ctrl seg")
 	m := make(MkeySeg, MkeySegSize)
 	f := MkeyFields{
 		Free: true, Mode: klm.ModeKSM, SmallFence: true, UMREnabled: true,
@@ -44,18 +41,14 @@ func TestSegmentLayouts(t *testing.T) {
 	m.Encode(&f)
 	want = unhex(t, `40 01 af 00  abcdef42 00000000 c5123456 1122334455667788 99aabbccddeeff00 00000004`+
 		strings.Repeat("00", 16)+`00000010 000000 0c 00000000`)
-	if !bytes.Equal(m, want) {
-		t.Errorf("mkey seg\n got % x\nwant % x", []byte(m), want)
-	}
-	if got := m.Fields(); got != f {
-		t.Errorf("mkey seg round trip\n got %+v\nwant %+v", got, f)
-	}
+	assert.Equal(t, want, []byte(m), "mkey seg")
+	assert.Equal(t, f, m.Fields(), "mkey seg round trip")
 	// Access mode 4 (SW_ICM) uses the status byte's mode bits.
 	f2 := MkeyFields{Mode: 6}
 	m.Encode(&f2)
-	if m[0] != 0x04 || m[2] != 0x02 || m.Fields().Mode != 6 {
-		t.Errorf("mode 6 encodes as status %#x flags %#x", m[0], m[2])
-	}
+	assert.Equal(t, byte(0x04), m[0], "mode 6: status byte")
+	assert.Equal(t, byte(0x02), m[2], "mode 6: flags byte")
+	assert.Equal(t, klm.AccessMode(6), m.Fields().Mode, "mode 6 round trip")
 }
 
 // The LOCAL_INV of mlx5-integrity.md §2.7: UMR ctrl flags 0x80, mask FREE
@@ -64,13 +57,10 @@ func TestLocalInvalidateBytes(t *testing.T) {
 	body := localInv()
 	want := unhex(t, `80 000000 0000 0000 0000000020000000`+strings.Repeat("00", 32)+
 		`40`+strings.Repeat("00", 63))
-	if !bytes.Equal(body, want) {
-		t.Fatalf("LOCAL_INV\n got % x\nwant % x", body, want)
-	}
+	require.Equal(t, want, body, "LOCAL_INV")
 	op, err := Decode(body, 0x1234, nil)
-	if err != nil || !op.IsLocalInvalidate() {
-		t.Fatalf("Decode = %+v, %v; want a LOCAL_INV", op, err)
-	}
+	require.NoError(t, err)
+	require.True(t, op.IsLocalInvalidate(), "Decode = %+v; want a LOCAL_INV", op)
 }
 
 func localInv() []byte {
@@ -103,9 +93,7 @@ func newEnv(t testing.TB) *env {
 	for i := range e.buf {
 		e.buf[i] = byte(i * 7)
 	}
-	if err := e.mem.Map(0x10000, e.buf); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, e.mem.Map(0x10000, e.buf))
 	e.tab = klm.NewTable(klm.ConnectX5, e.mem)
 	return e
 }
@@ -114,9 +102,7 @@ func newEnv(t testing.TB) *env {
 func (e *env) create(t testing.TB, mode klm.AccessMode, octowords uint32, pd uint32) klm.Key {
 	t.Helper()
 	k, err := e.tab.Create(klm.Mkey{Free: true, UMREnabled: true, Mode: mode, PD: pd, XLTOctowords: octowords, Variant: 0x11, QPN: 0xFFFFFF})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	return k
 }
 
@@ -152,56 +138,41 @@ func TestFastRegisterAndInvalidate(t *testing.T) {
 		MkeyFields{Access: klm.LocalRead | klm.LocalWrite | klm.RemoteRead | klm.RemoteWrite, UMREnabled: true, Mode: klm.ModeKLM,
 			QPN: 0xFFFFFF, Variant: 0x12, RemoteInvalidate: true, StartAddr: 0x7000, Len: 150}, xlt, nil)
 	op, err := Decode(reg, newKey, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := Apply(e.tab, op); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
+	require.NoError(t, Apply(e.tab, op))
 	got, err := read(t, e, newKey, 5, 0x7000+90, 20, klm.RemoteRead)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	want := append(append([]byte(nil), e.buf[90:100]...), e.buf[0x8000:0x8000+10]...)
-	if !bytes.Equal(got, want) {
-		t.Fatalf("read through the new key\n got % x\nwant % x", got, want)
-	}
+	require.Equal(t, want, got, "read through the new key")
 	// The old variant no longer works.
-	if _, err := read(t, e, k, 5, 0x7000, 1, klm.LocalRead); !isFault(err, klm.FaultVariant) {
-		t.Fatalf("old variant: %v, want a variant fault", err)
-	}
+	_, err = read(t, e, k, 5, 0x7000, 1, klm.LocalRead)
+	requireFault(t, err, klm.FaultVariant, "old variant")
 	// Re-registering without invalidation is refused by the signature-style
 	// not-free check, and leaves the key as it was.
 	again := append([]byte(nil), reg...)
 	again[0] |= FlagCheckNotFree
 	op2, _ := Decode(again, newKey, nil)
-	if err := Apply(e.tab, op2); !errors.Is(err, ErrNotFree) {
-		t.Fatalf("re-register a valid key with the not-free check: %v, want ErrNotFree", err)
-	}
+	require.ErrorIs(t, Apply(e.tab, op2), ErrNotFree, "re-register a valid key with the not-free check")
 	// LOCAL_INV frees it.
 	op3, _ := Decode(localInv(), newKey, nil)
-	if err := Apply(e.tab, op3); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := read(t, e, newKey, 5, 0x7000, 1, klm.LocalRead); !isFault(err, klm.FaultFree) {
-		t.Fatalf("after LOCAL_INV: %v, want a free fault", err)
-	}
+	require.NoError(t, Apply(e.tab, op3))
+	_, err = read(t, e, newKey, 5, 0x7000, 1, klm.LocalRead)
+	requireFault(t, err, klm.FaultFree, "after LOCAL_INV")
 	// A LOCAL_INV with the check-free flag fails on a free key.
 	inv := localInv()
 	inv[0] |= FlagCheckFree
 	op4, _ := Decode(inv, newKey, nil)
-	if err := Apply(e.tab, op4); !errors.Is(err, ErrFree) {
-		t.Fatalf("check-free on a free key: %v, want ErrFree", err)
-	}
+	require.ErrorIs(t, Apply(e.tab, op4), ErrFree, "check-free on a free key")
 	// Now the not-free check passes.
-	if err := Apply(e.tab, op2); err != nil {
-		t.Fatalf("register a free key with the not-free check: %v", err)
-	}
+	require.NoError(t, Apply(e.tab, op2), "register a free key with the not-free check")
 }
 
-func isFault(err error, kind klm.FaultKind) bool {
+// requireFault checks that err is a klm.Fault of the given kind.
+func requireFault(t testing.TB, err error, kind klm.FaultKind, msg string) {
+	t.Helper()
 	var f *klm.Fault
-	return errors.As(err, &f) && f.Kind == kind
+	require.ErrorAs(t, err, &f, "%s: want a fault of kind %v", msg, kind)
+	require.Equal(t, kind, f.Kind, "%s: fault %v", msg, err)
 }
 
 // Every mask bit changes exactly its field; fields outside the mask keep
@@ -231,9 +202,7 @@ func TestMaskBits(t *testing.T) {
 		cur.Access |= klm.LocalWrite // keep the starting access valid
 		mk := cur.Mkey()
 		key, err := e.tab.Create(mk)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		before := view(e.tab.Lookup(key.Index()))
 		var mask Mask
 		for _, b := range bits {
@@ -247,9 +216,7 @@ func TestMaskBits(t *testing.T) {
 			bsf = bytes.Repeat([]byte{0x5A}, BSFSize)
 		}
 		op, err := Decode(wqe(CtrlFields{Flags: FlagInline, Mask: mask}, nf, nil, bsf), key, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		err = Apply(e.tab, op)
 		after := view(e.tab.Lookup(key.Index()))
 		want := before
@@ -276,22 +243,15 @@ func TestMaskBits(t *testing.T) {
 		set(MaskSmallFence, func() { want.SmallFence = nf.SmallFence })
 		set(MaskFree, func() { want.Free = nf.Free })
 		if !want.Access.Valid() {
-			if !errors.Is(err, ErrAccess) || after != before {
-				t.Fatalf("mask %#x to access %v: err %v, table changed %v; want ErrAccess and no change", mask, want.Access, err, after != before)
-			}
+			require.ErrorIs(t, err, ErrAccess, "mask %#x to access %v", mask, want.Access)
+			require.Equal(t, before, after, "mask %#x to access %v: the table changed", mask, want.Access)
 			continue
 		}
-		if err != nil {
-			t.Fatalf("mask %#x: %v", mask, err)
-		}
+		require.NoError(t, err, "mask %#x", mask)
 		applied++
-		if after != want {
-			t.Fatalf("mask %#x\nbefore %+v\nfields %+v\n after %+v\n  want %+v", mask, before, nf, after, want)
-		}
+		require.Equal(t, want, after, "mask %#x\nbefore %+v\nfields %+v", mask, before, nf)
 	}
-	if applied < 1000 {
-		t.Fatalf("only %d of 3000 random UMRs applied", applied)
-	}
+	require.GreaterOrEqual(t, applied, 1000, "random UMRs applied of 3000")
 }
 
 func TestDecodeErrors(t *testing.T) {
@@ -327,9 +287,8 @@ func TestDecodeErrors(t *testing.T) {
 		}(), ErrShortWQE},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if _, err := Decode(tc.body, 0x800, nil); !errors.Is(err, tc.want) {
-				t.Fatalf("Decode: %v, want %v", err, tc.want)
-			}
+			_, err := Decode(tc.body, 0x800, nil)
+			require.ErrorIs(t, err, tc.want, "Decode")
 		})
 	}
 }
@@ -355,27 +314,21 @@ func TestPointedTranslation(t *testing.T) {
 		return bytes.Join(segs, nil), err
 	}
 	op, err := Decode(b, k, fetch)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := Apply(e.tab, op); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
+	require.NoError(t, Apply(e.tab, op))
 	// Page 0 of the key is IOVA 0x13000 (buffer offset 0x3000).
 	got, err := read(t, e, k, 3, 0x40010, 16, klm.LocalRead)
-	if err != nil || !bytes.Equal(got, e.buf[0x3010:0x3020]) {
-		t.Fatalf("read = % x, %v; want % x", got, err, e.buf[0x3010:0x3020])
-	}
+	require.NoError(t, err, "read")
+	require.Equal(t, e.buf[0x3010:0x3020], got, "read")
 	// A data segment shorter than the translation is refused; so is a
 	// fetch through a bad key.
 	klm.KLM(b[CtrlSegSize+MkeySegSize:]).Encode(&klm.KLMFields{ByteCount: 16, Key: klm.ReservedLKey, VA: 0x10100})
-	if _, err := Decode(b, k, fetch); !errors.Is(err, ErrShortTranslation) {
-		t.Fatalf("short data segment: %v", err)
-	}
+	_, err = Decode(b, k, fetch)
+	require.ErrorIs(t, err, ErrShortTranslation, "short data segment")
 	klm.KLM(b[CtrlSegSize+MkeySegSize:]).Encode(&klm.KLMFields{ByteCount: 64, Key: 0x999, VA: 0x10100})
-	if _, err := Decode(b, k, fetch); !errors.Is(err, ErrFetch) || !errors.Is(err, klm.ErrFault) {
-		t.Fatalf("bad fetch key: %v", err)
-	}
+	_, err = Decode(b, k, fetch)
+	require.ErrorIs(t, err, ErrFetch, "bad fetch key")
+	require.ErrorIs(t, err, klm.ErrFault, "bad fetch key")
 }
 
 func TestApplyErrorsLeaveTableUnchanged(t *testing.T) {
@@ -402,30 +355,20 @@ func TestApplyErrorsLeaveTableUnchanged(t *testing.T) {
 			}(), nil), k), klm.ErrBadTranslation},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if err := Apply(e.tab, tc.op); !errors.Is(err, tc.want) {
-				t.Fatalf("Apply: %v, want %v", err, tc.want)
-			}
-			if e.tab.Lookup(k.Index()) != before {
-				t.Fatal("the table changed")
-			}
+			require.ErrorIs(t, Apply(e.tab, tc.op), tc.want, "Apply")
+			require.Same(t, before, e.tab.Lookup(k.Index()), "the table changed")
 		})
 	}
 	// A key created without umr_en cannot be changed by a UMR.
 	k2, err := e.tab.Create(klm.Mkey{Free: true, XLTOctowords: 4})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := Apply(e.tab, mustDecode(t, localInv(), k2)); !errors.Is(err, ErrNotUMR) {
-		t.Fatalf("UMR on a key without umr_en: %v", err)
-	}
+	require.NoError(t, err)
+	require.ErrorIs(t, Apply(e.tab, mustDecode(t, localInv(), k2)), ErrNotUMR, "UMR on a key without umr_en")
 }
 
 func mustDecode(t testing.TB, b []byte, k klm.Key) *Op {
 	t.Helper()
 	op, err := Decode(b, k, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	return op
 }
 
@@ -445,24 +388,18 @@ func TestTranslationOffset(t *testing.T) {
 	}
 	op := mustDecode(t, wqe(CtrlFields{Flags: FlagInline, Mask: MaskFastReg},
 		MkeyFields{Access: klm.LocalRead, Len: 4 << 12, LogPageSize: 12, Variant: 0x11}, mtt(0x10000, 0x11000, 0x12000, 0x13000), nil), k)
-	if err := Apply(e.tab, op); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, Apply(e.tab, op))
 	// Replace page 2 (octoword 1 holds pages 2 and 3).
 	op = mustDecode(t, wqe(CtrlFields{Flags: FlagInline | FlagXLTOffset, BSFOctowords: 1}, MkeyFields{}, mtt(0x1F000, 0x13000), nil), k)
 	op.Ctrl.BSFOctowords = 1 // wqe() sets it only for a BSF
 	op.XLTOffset = op.Ctrl.XLTOffset()
-	if err := Apply(e.tab, op); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, Apply(e.tab, op))
 	got, err := read(t, e, k, 0, 2<<12, 4, klm.LocalRead)
-	if err != nil || !bytes.Equal(got, e.buf[0xF000:0xF004]) {
-		t.Fatalf("page 2 after the offset update: % x, %v", got, err)
-	}
+	require.NoError(t, err, "page 2 after the offset update")
+	require.Equal(t, e.buf[0xF000:0xF004], got, "page 2 after the offset update")
 	got, err = read(t, e, k, 0, 1<<12, 4, klm.LocalRead)
-	if err != nil || !bytes.Equal(got, e.buf[0x1000:0x1004]) {
-		t.Fatalf("page 1 after the offset update: % x, %v", got, err)
-	}
+	require.NoError(t, err, "page 1 after the offset update")
+	require.Equal(t, e.buf[0x1000:0x1004], got, "page 1 after the offset update")
 }
 
 // The signature UMR of mlx5-integrity.md §2.3–2.5: strided translation over
@@ -475,9 +412,7 @@ func TestSignatureUMR(t *testing.T) {
 	op := mustDecode(t, wqe(CtrlFields{Flags: FlagInline, Mask: MaskFastReg},
 		MkeyFields{Access: klm.LocalRead | klm.LocalWrite, Len: 4096 + 64, Variant: 0x34},
 		klmList(klm.KLMFields{ByteCount: 4096, Key: klm.ReservedLKey, VA: 0x10000}, klm.KLMFields{ByteCount: 64, Key: klm.ReservedLKey, VA: 0x18000}), nil), pi)
-	if err := Apply(e.tab, op); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, Apply(e.tab, op))
 	piKey := klm.MakeKey(pi.Index(), 0x34)
 	sig := e.create(t, klm.ModeKLM, 4, 9)
 	xlt := make([]byte, 64)
@@ -490,42 +425,31 @@ func TestSignatureUMR(t *testing.T) {
 		MkeyFields{Access: klm.LocalRead | klm.LocalWrite | klm.RemoteRead | klm.RemoteWrite, UMREnabled: true, Mode: klm.ModeKLM,
 			QPN: 0xFFFFFF, Variant: 0x56, RemoteInvalidate: true, ExpectedSigErr: 1, BSFEnabled: true, PD: 9,
 			Len: 4096 + 64, XLTOctowords: 4, BSFOctowords: 4}, xlt, bsf)
-	if n := 16 + len(body); n != 16*16 {
-		t.Fatalf("signature UMR is %d bytes, want 16 DS", n)
-	}
+	require.Equal(t, 16*16, 16+len(body), "signature UMR bytes, want 16 DS")
 	sigKey := klm.MakeKey(sig.Index(), 0x56)
 	op = mustDecode(t, body, sigKey)
-	if err := Apply(e.tab, op); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, Apply(e.tab, op))
 	m := e.tab.Lookup(sig.Index())
-	if !m.BSFEnabled || !bytes.Equal(m.BSF, bsf) || m.ExpectedSigErr != 1 || m.Variant != 0x56 {
-		t.Fatalf("sig mkey %+v", m)
-	}
+	require.True(t, m.BSFEnabled, "sig mkey %+v", m)
+	require.Equal(t, bsf, m.BSF, "sig mkey BSF")
+	require.EqualValues(t, 1, m.ExpectedSigErr, "sig mkey %+v", m)
+	require.EqualValues(t, 0x56, m.Variant, "sig mkey %+v", m)
 	// The key's stream is data block i then PI tuple i.
 	got, err := read(t, e, sigKey, 9, 0, 4160, klm.RemoteRead)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	var want []byte
 	for i := range 8 {
 		want = append(want, e.buf[i*512:(i+1)*512]...)
 		want = append(want, e.buf[0x8000+i*8:0x8000+i*8+8]...)
 	}
-	if !bytes.Equal(got, want) {
-		t.Fatal("signature key stream is not the interleaved data and PI")
-	}
+	require.True(t, bytes.Equal(got, want), "signature key stream is not the interleaved data and PI")
 	// A second signature UMR without invalidation fails the not-free check.
-	if err := Apply(e.tab, op); !errors.Is(err, ErrNotFree) {
-		t.Fatalf("second signature UMR: %v", err)
-	}
+	require.ErrorIs(t, Apply(e.tab, op), ErrNotFree, "second signature UMR")
 	// Disabling the BSF drops it.
-	if err := Apply(e.tab, mustDecode(t, wqe(CtrlFields{Flags: FlagInline, Mask: MaskBSFEnable}, MkeyFields{}, nil, nil), sigKey)); err != nil {
-		t.Fatal(err)
-	}
-	if m := e.tab.Lookup(sig.Index()); m.BSFEnabled || m.BSF != nil {
-		t.Fatal("BSF kept after BSF_EN cleared")
-	}
+	require.NoError(t, Apply(e.tab, mustDecode(t, wqe(CtrlFields{Flags: FlagInline, Mask: MaskBSFEnable}, MkeyFields{}, nil, nil), sigKey)))
+	m = e.tab.Lookup(sig.Index())
+	require.False(t, m.BSFEnabled, "BSF kept after BSF_EN cleared")
+	require.Nil(t, m.BSF, "BSF kept after BSF_EN cleared")
 }
 
 // Decode∘Encode: the segment views round-trip every field.
@@ -536,9 +460,7 @@ func TestSegmentRoundTrip(t *testing.T) {
 			Mask: Mask(rng.Uint64()), XLTOffsetHi: rng.Uint32()}
 		b := make(CtrlSeg, CtrlSegSize)
 		b.Encode(&c)
-		if got := b.Fields(); got != c {
-			t.Fatalf("ctrl %+v -> %+v", c, got)
-		}
+		require.Equal(t, c, b.Fields(), "ctrl round trip")
 		m := MkeyFields{Free: rng.IntN(2) == 0, Mode: klm.AccessMode(rng.IntN(32)), SmallFence: rng.IntN(2) == 0,
 			UMREnabled: rng.IntN(2) == 0, Access: klm.Access(rng.Uint32()) & klm.AccessMask, QPN: rng.Uint32() & 0xFFFFFF,
 			Variant: uint8(rng.Uint32()), Length64: rng.IntN(2) == 0, BSFEnabled: rng.IntN(2) == 0,
@@ -546,8 +468,6 @@ func TestSegmentRoundTrip(t *testing.T) {
 			StartAddr: rng.Uint64(), Len: rng.Uint64(), BSFOctowords: rng.Uint32(), XLTOctowords: rng.Uint32(), LogPageSize: uint8(rng.IntN(64))}
 		s := make(MkeySeg, MkeySegSize)
 		s.Encode(&m)
-		if got := s.Fields(); !reflect.DeepEqual(got, m) {
-			t.Fatalf("mkey %+v -> %+v", m, got)
-		}
+		require.Equal(t, m, s.Fields(), "mkey round trip")
 	}
 }
