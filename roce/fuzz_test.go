@@ -9,6 +9,7 @@ import (
 	"github.com/google/gopacket"
 
 	"github.com/hcasim/hcasim/roce"
+	"github.com/stretchr/testify/require"
 )
 
 // FuzzDecodePacket: any bytes decode to a packet or to one of the
@@ -31,29 +32,25 @@ func FuzzDecodePacket(f *testing.F) {
 				t.Fatalf("error %v is none of the package's", err)
 			}
 			var zero roce.Packet
-			if p.BTH != zero.BTH || p.Payload != nil || p.Contents != nil {
-				t.Fatalf("an error left %+v", p)
-			}
+			require.Equal(t, zero.BTH, p.BTH, "an error left %+v", p)
+			require.Nil(t, p.Payload, "an error left %+v", p)
+			require.Nil(t, p.Contents, "an error left %+v", p)
 			return
 		}
-		if len(p.Contents) != p.Opcode.HeaderLen() || len(p.Contents)+len(p.Payload)+int(p.PadCount)+roce.ICRCSize != len(data) {
-			t.Fatalf("%d header and %d payload bytes, pad %d, of %d", len(p.Contents), len(p.Payload), p.PadCount, len(data))
-		}
+		require.Len(t, p.Contents, p.Opcode.HeaderLen(), "header bytes")
+		require.Equal(t, len(data), len(p.Contents)+len(p.Payload)+int(p.PadCount)+roce.ICRCSize,
+			"%d header and %d payload bytes, pad %d", len(p.Contents), len(p.Payload), p.PadCount)
 		pad := p.PadCount
 		q := p
 		out, err := q.Append(nil, p.Payload)
-		if err != nil {
-			t.Fatalf("re-encode: %v", err)
-		}
+		require.NoError(t, err, "re-encode")
 		want := bytes.Clone(data)
 		// Append sets the pad from the payload and zeroes it; the input's
 		// pad count and bytes are its own.
 		want[1] = want[1]&^0x30 | roce.PadFor(len(p.Payload))<<4
 		want = append(want[:len(data)-roce.ICRCSize-int(pad)], make([]byte, roce.PadFor(len(p.Payload)))...)
 		want = append(want, data[len(data)-roce.ICRCSize:]...)
-		if !bytes.Equal(out, want) {
-			t.Fatalf("re-encoded\n%x\nwant\n%x", out, want)
-		}
+		require.Equal(t, want, out, "re-encoded")
 	})
 }
 
@@ -79,9 +76,7 @@ func FuzzParseFrame(f *testing.F) {
 	f.Fuzz(func(t *testing.T, frame []byte) {
 		in := bytes.Clone(frame)
 		err := parser.Decode(frame)
-		if !bytes.Equal(in, frame) {
-			t.Fatal("Decode changed the frame")
-		}
+		require.True(t, bytes.Equal(in, frame), "Decode changed the frame")
 		if err != nil {
 			if errors.Is(err, roce.ErrICRC) {
 				return
@@ -92,13 +87,12 @@ func FuzzParseFrame(f *testing.F) {
 			return
 		}
 		pl := parser.Packet.Payload
-		if len(pl) > 0 && !inside(frame, pl) {
-			t.Fatal("the payload is not in the frame")
+		if len(pl) > 0 {
+			require.True(t, inside(frame, pl), "the payload is not in the frame")
 		}
 		l3 := bytes.Clone(frame[len(parser.Eth.Contents):])
-		if err := roce.SealICRC(l3); err != nil || !bytes.Equal(l3, frame[len(parser.Eth.Contents):]) {
-			t.Fatalf("sealing a good frame again: %v", err)
-		}
+		require.NoError(t, roce.SealICRC(l3), "sealing a good frame again")
+		require.True(t, bytes.Equal(l3, frame[len(parser.Eth.Contents):]), "sealing a good frame again changed it")
 	})
 }
 
