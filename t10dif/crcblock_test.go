@@ -2,10 +2,12 @@ package t10dif
 
 import (
 	"encoding/binary"
-	"errors"
 	"hash/crc32"
 	"hash/crc64"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // The CRC block-signature formats (mlx5dv MLX5DV_SIG_TYPE_CRC): a CRC of
@@ -30,22 +32,16 @@ func TestCRCBlockGuards(t *testing.T) {
 			a.reset(c.g, ^uint64(0))
 			a.update(check)
 		}
-		if got := a.value(); got != c.want {
-			t.Errorf("%v seed all ones: %#x, want %#x", c.g, got, c.want)
-		}
+		assert.Equal(t, c.want, a.value(), "%v seed all ones", c.g)
 	}
 	// Seed 0: init 0, still the final complement.
 	var a guardAcc
 	a.reset(GuardCRC32, 0)
 	a.update(check)
-	if want := uint64(crc32.Update(0xFFFFFFFF, crc32.IEEETable, check)); a.value() != want {
-		t.Errorf("crc32 seed 0: %#x, want %#x", a.value(), want)
-	}
+	assert.Equal(t, uint64(crc32.Update(0xFFFFFFFF, crc32.IEEETable, check)), a.value(), "crc32 seed 0")
 	a.reset(GuardCRC64XP10, 0)
 	a.update(check)
-	if want := crc64.Update(^uint64(0), crc64.MakeTable(crc64.ECMA), check); a.value() != want {
-		t.Errorf("crc64xp10 seed 0: %#x, want %#x", a.value(), want)
-	}
+	assert.Equal(t, crc64.Update(^uint64(0), crc64.MakeTable(crc64.ECMA), check), a.value(), "crc64xp10 seed 0")
 }
 
 func TestCRCBlockOps(t *testing.T) {
@@ -62,9 +58,8 @@ func TestCRCBlockOps(t *testing.T) {
 		t.Run(d.Format.String()+"/"+d.Guard.String(), func(t *testing.T) {
 			tuple := d.Format.TupleSize()
 			prot := make([]byte, blocks*(d.Interval+tuple))
-			if _, err := Generate(d, Buf{Data: prot}, data); err != nil {
-				t.Fatal(err)
-			}
+			_, err := Generate(d, Buf{Data: prot}, data)
+			require.NoError(t, err)
 			for b := range blocks {
 				blk := data[b*d.Interval : (b+1)*d.Interval]
 				var want uint64
@@ -83,40 +78,34 @@ func TestCRCBlockOps(t *testing.T) {
 				if tuple == 8 {
 					got = binary.BigEndian.Uint64(prot[off:])
 				}
-				if got != want {
-					t.Fatalf("block %d: CRC %#x, want %#x", b, got, want)
-				}
+				require.Equal(t, want, got, "block %d: CRC", b)
 			}
 			mask := d.Format.GuardMask()
-			if err := Verify(d, mask, Buf{Data: prot}); err != nil {
-				t.Fatalf("verify: %v", err)
-			}
+			require.NoError(t, Verify(d, mask, Buf{Data: prot}), "verify")
 			out := make([]byte, len(data))
-			if _, err := Strip(d, mask, out, Buf{Data: prot}); err != nil || string(out) != string(data) {
-				t.Fatalf("strip: %v", err)
-			}
+			_, err = Strip(d, mask, out, Buf{Data: prot})
+			require.NoError(t, err, "strip")
+			require.True(t, string(out) == string(data), "strip: output differs from the data")
 			bad := append([]byte(nil), prot...)
 			bad[2*(d.Interval+tuple)+7] ^= 1
 			var e *Error
-			if err := Verify(d, mask, Buf{Data: bad}); !errors.As(err, &e) || e.Type != ErrorGuard || e.Block != 2 {
-				t.Fatalf("corrupted block 2: %v", err)
-			}
-			if err := Verify(d, 0, Buf{Data: bad}); err != nil {
-				t.Fatalf("check mask 0 checks nothing: %v", err)
-			}
+			err = Verify(d, mask, Buf{Data: bad})
+			require.ErrorAs(t, err, &e, "corrupted block 2")
+			require.Equal(t, ErrorGuard, e.Type, "corrupted block 2: %v", err)
+			require.EqualValues(t, 2, e.Block, "corrupted block 2: %v", err)
+			require.NoError(t, Verify(d, 0, Buf{Data: bad}), "check mask 0 checks nothing")
 			// Through a stream split everywhere in a tuple.
 			for cut := d.Interval - 1; cut <= d.Interval+tuple+1; cut++ {
 				cfg := Config{In: d, Out: Domain{}, Check: mask}
 				st, err := NewStream(&cfg)
-				if err != nil {
-					t.Fatal(err)
-				}
+				require.NoError(t, err)
 				got := make([]byte, len(data))
 				n1, m1, _ := st.Process(got, prot[:cut])
 				n2, m2, _ := st.Process(got[n1:], prot[m1:])
-				if err := st.Close(); err != nil || m1+m2 != len(prot) || n1+n2 != len(data) || string(got) != string(data) {
-					t.Fatalf("cut %d: %v", cut, err)
-				}
+				require.NoError(t, st.Close(), "cut %d", cut)
+				require.Equal(t, len(prot), m1+m2, "cut %d: bytes in", cut)
+				require.Equal(t, len(data), n1+n2, "cut %d: bytes out", cut)
+				require.True(t, string(got) == string(data), "cut %d: output differs from the data", cut)
 			}
 		})
 	}
@@ -137,16 +126,10 @@ func TestCRCBlockParams(t *testing.T) {
 		{"seed", Domain{Format: FormatCRC32, Seed: 1 << 32, Interval: 512}, ErrBadTag},
 		{"interval", Domain{Format: FormatCRC32, Interval: 500}, ErrBadInterval},
 	} {
-		if err := c.d.Validate(); !errors.Is(err, c.want) {
-			t.Errorf("%s: %v, want %v", c.name, err, c.want)
-		}
+		assert.ErrorIs(t, c.d.Validate(), c.want, c.name)
 	}
 	d := Domain{Format: FormatCRC32, Interval: 512}
-	if err := (&Config{In: d, Check: 0x0F}).Validate(); !errors.Is(err, ErrBadMask) {
-		t.Errorf("check mask 0x0F on crc32: %v", err)
-	}
+	assert.ErrorIs(t, (&Config{In: d, Check: 0x0F}).Validate(), ErrBadMask, "check mask 0x0F on crc32")
 	// Copy between equal CRC domains: the CRC passes through.
-	if err := (&Config{In: d, Out: d, Check: 0xF0, Copy: 0xF0}).Validate(); err != nil {
-		t.Errorf("copy mask on crc32: %v", err)
-	}
+	assert.NoError(t, (&Config{In: d, Out: d, Check: 0xF0, Copy: 0xF0}).Validate(), "copy mask on crc32")
 }

@@ -5,6 +5,8 @@ package t10dif
 import (
 	"testing"
 	"unsafe"
+
+	"github.com/stretchr/testify/assert"
 )
 
 // The assembly addresses foldKeys by the offsets fixed in asm_gen.go.
@@ -31,9 +33,7 @@ func TestFoldKeysLayout(t *testing.T) {
 		{"poly", unsafe.Offsetof(k.poly), 304},
 		{"lane16", unsafe.Offsetof(k.lane16), 320},
 	} {
-		if c.got != c.want {
-			t.Errorf("foldKeys.%s at offset %d, asm_gen.go uses %d", c.name, c.got, c.want)
-		}
+		assert.Equal(t, c.want, c.got, "foldKeys.%s offset (expected: asm_gen.go's)", c.name)
 	}
 }
 

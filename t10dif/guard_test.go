@@ -7,6 +7,9 @@ import (
 	"hash/crc64"
 	"math/rand/v2"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // The slow bitwise references. They stay here forever: every implementation
@@ -76,16 +79,10 @@ func TestGoldenGuards(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			for _, im := range Impls() {
-				if got := im.CRC16(0, tc.in); got != tc.crc16 {
-					t.Errorf("%s CRC16 = %#04x, want %#04x", im.Name, got, tc.crc16)
-				}
-				if got := im.CRC64NVMe(0, tc.in); got != tc.crc64 {
-					t.Errorf("%s CRC64NVMe = %#016x, want %#016x", im.Name, got, tc.crc64)
-				}
+				assert.Equal(t, tc.crc16, im.CRC16(0, tc.in), "%s CRC16", im.Name)
+				assert.Equal(t, tc.crc64, im.CRC64NVMe(0, tc.in), "%s CRC64NVMe", im.Name)
 			}
-			if got := CRC32C(0, tc.in); got != tc.crc32 {
-				t.Errorf("CRC32C = %#08x, want %#08x", got, tc.crc32)
-			}
+			assert.Equal(t, tc.crc32, CRC32C(0, tc.in), "CRC32C")
 		})
 	}
 	// T10/03-365 codewords.
@@ -97,9 +94,7 @@ func TestGoldenGuards(t *testing.T) {
 		{bytes.Repeat([]byte{0xFF}, 32), 0xA293},
 		{append([]byte{0xFF, 0xFF}, make([]byte, 30)...), 0x21B8},
 	} {
-		if got := CRC16(0, tc.in); got != tc.want {
-			t.Errorf("CRC16(% x) = %#04x, want %#04x", tc.in[:4], got, tc.want)
-		}
+		assert.Equal(t, tc.want, CRC16(0, tc.in), "CRC16(% x)", tc.in[:4])
 	}
 	// IP checksum: RFC 1071 example words and edge cases of FORMAT.md §4.1.
 	for _, tc := range []struct {
@@ -112,9 +107,7 @@ func TestGoldenGuards(t *testing.T) {
 		{[]byte{0x12}, ^uint16(0x1200)},
 		{nil, 0xFFFF},
 	} {
-		if got := IPChecksum(tc.in); got != tc.want {
-			t.Errorf("IPChecksum(% x) = %#04x, want %#04x", tc.in[:min(len(tc.in), 8)], got, tc.want)
-		}
+		assert.Equal(t, tc.want, IPChecksum(tc.in), "IPChecksum(% x)", tc.in[:min(len(tc.in), 8)])
 	}
 }
 
@@ -125,13 +118,9 @@ func TestStdlibAgrees(t *testing.T) {
 	for n := range 300 {
 		p := randBytes(rng, n)
 		c := rng.Uint64()
-		if got, want := CRC64NVMe(c, p), crc64.Update(c, tab, p); got != want {
-			t.Fatalf("n=%d CRC64NVMe = %#x, hash/crc64 %#x", n, got, want)
-		}
+		require.Equal(t, crc64.Update(c, tab, p), CRC64NVMe(c, p), "n=%d CRC64NVMe vs hash/crc64", n)
 		c32 := rng.Uint32()
-		if got, want := CRC32C(c32, p), crc32.Update(c32, crc32.MakeTable(crc32.Castagnoli), p); got != want {
-			t.Fatalf("n=%d CRC32C = %#x, hash/crc32 %#x", n, got, want)
-		}
+		require.Equal(t, crc32.Update(c32, crc32.MakeTable(crc32.Castagnoli), p), CRC32C(c32, p), "n=%d CRC32C vs hash/crc32", n)
 	}
 }
 
@@ -178,21 +167,15 @@ func TestCrossCheck(t *testing.T) {
 					c16 := uint16(rng.Uint32())
 					c64 := rng.Uint64()
 					want16, want64 := refCRC16(c16, p), refCRC64NVMe(c64, p)
-					if got := im.CRC16(c16, p); got != want16 {
-						t.Fatalf("CRC16(%#x, len %d align %d) = %#x, want %#x", c16, n, align, got, want16)
-					}
-					if got := im.CRC64NVMe(c64, p); got != want64 {
-						t.Fatalf("CRC64NVMe(%#x, len %d align %d) = %#x, want %#x", c64, n, align, got, want64)
-					}
+					require.Equal(t, want16, im.CRC16(c16, p), "CRC16(%#x, len %d align %d)", c16, n, align)
+					require.Equal(t, want64, im.CRC64NVMe(c64, p), "CRC64NVMe(%#x, len %d align %d)", c64, n, align)
 					d := dst[(align+3)%8:][:n]
 					clear(d)
-					if got := im.CopyCRC16(c16, d, p); got != want16 || !bytes.Equal(d, p) {
-						t.Fatalf("CopyCRC16(len %d align %d) = %#x (copy ok %v), want %#x", n, align, got, bytes.Equal(d, p), want16)
-					}
+					require.Equal(t, want16, im.CopyCRC16(c16, d, p), "CopyCRC16(len %d align %d)", n, align)
+					require.True(t, bytes.Equal(d, p), "CopyCRC16(len %d align %d) copy", n, align)
 					clear(d)
-					if got := im.CopyCRC64NVMe(c64, d, p); got != want64 || !bytes.Equal(d, p) {
-						t.Fatalf("CopyCRC64NVMe(len %d align %d) = %#x (copy ok %v), want %#x", n, align, got, bytes.Equal(d, p), want64)
-					}
+					require.Equal(t, want64, im.CopyCRC64NVMe(c64, d, p), "CopyCRC64NVMe(len %d align %d)", n, align)
+					require.True(t, bytes.Equal(d, p), "CopyCRC64NVMe(len %d align %d) copy", n, align)
 				}
 			}
 		})
@@ -201,9 +184,7 @@ func TestCrossCheck(t *testing.T) {
 		for _, n := range lengths {
 			for align := range 8 {
 				p := buf[align : align+n]
-				if got, want := IPChecksum(p), refIPChecksum(p); got != want {
-					t.Fatalf("IPChecksum(len %d align %d) = %#x, want %#x", n, align, got, want)
-				}
+				require.Equal(t, refIPChecksum(p), IPChecksum(p), "IPChecksum(len %d align %d)", n, align)
 			}
 		}
 	})
@@ -226,9 +207,8 @@ func TestCopyKernelsBounds(t *testing.T) {
 				}
 			}
 			same := append([]byte(nil), src...)
-			if got, want := im.CopyCRC16(0, same, same), refCRC16(0, src); got != want || !bytes.Equal(same, src) {
-				t.Fatalf("%s n=%d in-place CopyCRC16 = %#x, want %#x", im.Name, n, got, want)
-			}
+			require.Equal(t, refCRC16(0, src), im.CopyCRC16(0, same, same), "%s n=%d in-place CopyCRC16", im.Name, n)
+			require.True(t, bytes.Equal(same, src), "%s n=%d in-place CopyCRC16 changed the data", im.Name, n)
 		}
 	}
 }
@@ -240,12 +220,8 @@ func TestChaining(t *testing.T) {
 	for _, im := range Impls() {
 		w16, w64 := im.CRC16(0, p), im.CRC64NVMe(0, p)
 		for cut := 0; cut <= len(p); cut++ {
-			if got := im.CRC16(im.CRC16(0, p[:cut]), p[cut:]); got != w16 {
-				t.Fatalf("%s CRC16 split at %d = %#x, want %#x", im.Name, cut, got, w16)
-			}
-			if got := im.CRC64NVMe(im.CRC64NVMe(0, p[:cut]), p[cut:]); got != w64 {
-				t.Fatalf("%s CRC64 split at %d = %#x, want %#x", im.Name, cut, got, w64)
-			}
+			require.Equal(t, w16, im.CRC16(im.CRC16(0, p[:cut]), p[cut:]), "%s CRC16 split at %d", im.Name, cut)
+			require.Equal(t, w64, im.CRC64NVMe(im.CRC64NVMe(0, p[:cut]), p[cut:]), "%s CRC64 split at %d", im.Name, cut)
 		}
 	}
 	wip := IPChecksum(p)
@@ -253,9 +229,7 @@ func TestChaining(t *testing.T) {
 		var s ipSum
 		s.update(p[:cut])
 		s.update(p[cut:])
-		if s.guard() != wip {
-			t.Fatalf("ipSum split at %d = %#x, want %#x", cut, s.guard(), wip)
-		}
+		require.Equal(t, wip, s.guard(), "ipSum split at %d", cut)
 	}
 }
 
@@ -266,23 +240,14 @@ func FuzzGuards(f *testing.F) {
 		want16, want64, wantIP := refCRC16(uint16(seed), p), refCRC64NVMe(seed, p), refIPChecksum(p)
 		c := min(int(cut), len(p))
 		for _, im := range Impls() {
-			if got := im.CRC16(uint16(seed), p); got != want16 {
-				t.Fatalf("%s CRC16 = %#x, want %#x", im.Name, got, want16)
-			}
-			if got := im.CRC64NVMe(seed, p); got != want64 {
-				t.Fatalf("%s CRC64 = %#x, want %#x", im.Name, got, want64)
-			}
-			if got := im.CRC16(im.CRC16(uint16(seed), p[:c]), p[c:]); got != want16 {
-				t.Fatalf("%s CRC16 chained at %d = %#x, want %#x", im.Name, c, got, want16)
-			}
+			require.Equal(t, want16, im.CRC16(uint16(seed), p), "%s CRC16", im.Name)
+			require.Equal(t, want64, im.CRC64NVMe(seed, p), "%s CRC64", im.Name)
+			require.Equal(t, want16, im.CRC16(im.CRC16(uint16(seed), p[:c]), p[c:]), "%s CRC16 chained at %d", im.Name, c)
 			d := make([]byte, len(p))
-			if got := im.CopyCRC64NVMe(seed, d, p); got != want64 || !bytes.Equal(d, p) {
-				t.Fatalf("%s CopyCRC64 = %#x, want %#x", im.Name, got, want64)
-			}
+			require.Equal(t, want64, im.CopyCRC64NVMe(seed, d, p), "%s CopyCRC64", im.Name)
+			require.True(t, bytes.Equal(d, p), "%s CopyCRC64 copy", im.Name)
 		}
-		if got := IPChecksum(p); got != wantIP {
-			t.Fatalf("IPChecksum = %#x, want %#x", got, wantIP)
-		}
+		require.Equal(t, wantIP, IPChecksum(p), "IPChecksum")
 	})
 }
 
