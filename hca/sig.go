@@ -227,7 +227,26 @@ var errSigStream = errors.New("hca: signature transform failed")
 // that ends inside a block (its data or its PI) is not an error: the
 // partial block is moved unchecked, as the hardware does, and Close's
 // report of it is not one either.
-func (sa *sigAccess) run(dst, src [][]byte) (*t10dif.Error, error) {
+// sigErr is a PI mismatch with the rest of its block's tuple: the halves
+// of the T10-DIF transient signature the SIG_ERR CQE carries in full.
+type sigErr struct {
+	t10dif.Error
+	guard, foundGuard uint64
+	app, foundApp     uint16
+}
+
+// firstErr returns st's first error with its tuple, or nil.
+func firstErr(st *t10dif.Stream) *sigErr {
+	e := st.FirstError()
+	if e == nil {
+		return nil
+	}
+	r := &sigErr{Error: *e}
+	r.guard, r.foundGuard, r.app, r.foundApp = st.FirstErrorTuple()
+	return r
+}
+
+func (sa *sigAccess) run(dst, src [][]byte) (*sigErr, error) {
 	cfg := sa.sig.Config(sa.toWire, sa.first)
 	// A strided memory domain whose blocks' data and metadata each lie
 	// back to back (the kernel's DIX layout: a data buffer and a
@@ -248,10 +267,10 @@ func (sa *sigAccess) run(dst, src [][]byte) (*t10dif.Error, error) {
 	}
 	st.SetMeta(metaIn, metaOut)
 	if err := pump(st, dst, src); err != nil {
-		return st.FirstError(), fmt.Errorf("%w: %w", errSigStream, err)
+		return firstErr(st), fmt.Errorf("%w: %w", errSigStream, err)
 	}
 	err := st.Close()
-	e := st.FirstError()
+	e := firstErr(st)
 	var pe *t10dif.Error
 	switch {
 	case err == nil, errors.As(err, &pe):
@@ -356,7 +375,7 @@ func pump(st *t10dif.Stream, dst, src [][]byte) error {
 
 // report writes the signature error CQE of an error, if the mkey's
 // expected_sigerr_count admits it (sigState).
-func (sa *sigAccess) report(e *t10dif.Error) {
+func (sa *sigAccess) report(e *sigErr) {
 	if sa.own && sa.qp.drainSig {
 		sa.qp.sigErr.Store(true) // its next fenced WQE drains the SQ
 	}
@@ -381,15 +400,23 @@ func (sa *sigAccess) report(e *t10dif.Error) {
 		s.Syndrome = cq.SigErrGuard
 		s.ExpectedTransSig, s.ActualTransSig = uint32(e.Expected>>32), uint32(e.Actual>>32)
 		s.ExpectedRefTag, s.ActualRefTag = uint32(e.Expected), uint32(e.Actual)
-	case e.Type == t10dif.ErrorGuard:
-		s.Syndrome = cq.SigErrGuard
-		s.ExpectedTransSig, s.ActualTransSig = uint32(e.Expected)<<16, uint32(e.Actual)<<16
-	case e.Type == t10dif.ErrorAppTag:
-		s.Syndrome = cq.SigErrAppTag
-		s.ExpectedTransSig, s.ActualTransSig = uint32(e.Expected), uint32(e.Actual)
-	case e.Type == t10dif.ErrorRefTag:
-		s.Syndrome = cq.SigErrRefTag
-		s.ExpectedRefTag, s.ActualRefTag = uint32(e.Expected), uint32(e.Actual)
+	default:
+		// T10-DIF: the whole transient signature (guard << 16 | app tag)
+		// and the ref tags, whichever field failed (a guard error's app
+		// half is the block's app tag, not 0). Expected is the value the
+		// device computed or was configured with, actual the tuple's
+		// (docs/CONFORMANCE.md on this choice).
+		s.ExpectedTransSig = uint32(uint16(e.guard))<<16 | uint32(e.app)
+		s.ActualTransSig = uint32(uint16(e.foundGuard))<<16 | uint32(e.foundApp)
+		switch e.Type {
+		case t10dif.ErrorGuard:
+			s.Syndrome = cq.SigErrGuard
+		case t10dif.ErrorAppTag:
+			s.Syndrome = cq.SigErrAppTag
+		case t10dif.ErrorRefTag:
+			s.Syndrome = cq.SigErrRefTag
+			s.ExpectedRefTag, s.ActualRefTag = uint32(e.Expected), uint32(e.Actual)
+		}
 	}
 	if !sa.qp.scq.push(&cq.Fields{Opcode: cq.OpSigErr, QPN: sa.qp.qpn, Sig: s}, true) {
 		sa.qp.fatal()

@@ -17,7 +17,6 @@ import (
 	"github.com/hcasim/hcasim/klm"
 	"github.com/hcasim/hcasim/roce"
 	"github.com/hcasim/hcasim/sq"
-	"github.com/hcasim/hcasim/t10dif"
 )
 
 // transport carries one QP's RC traffic.
@@ -82,7 +81,7 @@ type request struct {
 	// Where the fabric's responder ran the requester's signature transform
 	// (srcSig or dstSig): its first PI error, and whether the transform
 	// could not run, for the requester to report (under memMu).
-	peerSigErr  *t10dif.Error
+	peerSigErr  *sigErr
 	peerSigFail bool
 
 	// On the wire: the requester's transmit state.

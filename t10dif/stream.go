@@ -182,6 +182,8 @@ type Stream struct {
 
 	hasErr bool
 	first  Error
+	// firstTuple is the rest of first's block's tuple (FirstErrorTuple).
+	firstTuple errTuple
 
 	inMetaBuf, outMetaBuf [32]byte
 }
@@ -228,6 +230,21 @@ func (s *Stream) FirstError() *Error {
 	}
 	e := s.first
 	return &e
+}
+
+// errTuple holds the guards and app tags of the first error's block.
+type errTuple struct {
+	guard, foundGuard uint64
+	app, foundApp     uint16
+}
+
+// FirstErrorTuple returns, for FirstError's block, the guard computed over
+// its data and the configured app tag, and the guard and app tag its tuple
+// held, whichever field failed (zeros while there is no error): what
+// mlx5's signature error CQE carries besides the failing field.
+func (s *Stream) FirstErrorTuple() (guard, foundGuard uint64, app, foundApp uint16) {
+	t := &s.firstTuple
+	return t.guard, t.foundGuard, t.app, t.foundApp
 }
 
 // Close ends the input. It returns ErrPartialBlock if the input stopped
@@ -475,6 +492,7 @@ func (s *Stream) checkTuple(blk, guard uint64, t []byte) {
 		Expected:        exp,
 		Actual:          act,
 	}
+	s.firstTuple = errTuple{guard: guard, foundGuard: f.guard, app: p.in.appTag, foundApp: f.app}
 }
 
 // buildOut writes the output metadata of block s.outBlk into meta; inMeta is

@@ -3,10 +3,12 @@ package verbs_test
 import (
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/hcasim/hcasim/cq"
 	"github.com/hcasim/hcasim/hca"
 	"github.com/hcasim/hcasim/hca/verbs"
 	"github.com/hcasim/hcasim/klm"
@@ -202,4 +204,56 @@ func TestMkeyTableFull(t *testing.T) {
 	var ce *hca.CmdError
 	require.True(t, errors.As(err, &ce), "%v", err)
 	assert.Equal(t, hca.StatusExceedLim, ce.Status)
+}
+
+// A guard error's CQE carries the whole T10 transient signature: the app
+// tag half is the block's (and the configured) app tag, not 0.
+func TestSigErrCQEAppTagHalf(t *testing.T) {
+	host, target := conformancePair(t, 1)
+	const iv, blocks = 512, 4
+	for i := range host.buf[:iv*blocks] {
+		host.buf[i] = byte(i * 3)
+	}
+	mr, err := host.pd.AllocMRIntegrity(4, 4)
+	require.NoError(t, err)
+	register := func() {
+		require.NoError(t, mr.MapSGPI([]verbs.SGE{host.mr.SGE(0, iv*blocks)}, nil))
+		require.NoError(t, mr.SetSigAttrs(verbs.SigAttrs{CheckMask: verbs.SigCheckGuard, Wire: verbs.SigDomain{Type: verbs.SigTypeT10DIF, PIInterval: iv, AppTag: 0x42, ApptagCheckMask: 0xFFFF}}))
+		mr.IncKey()
+		_, err := host.qp.PostSend([]verbs.SendWR{{WRID: 1, Opcode: verbs.WRRegMRIntegrity, Flags: verbs.SendSignaled, MR: mr,
+			Access: verbs.AccessLocalWrite | verbs.AccessRemoteRead | verbs.AccessRemoteWrite}})
+		require.NoError(t, err)
+		require.Equal(t, verbs.WCSuccess, wait(t, host, 1)[0].Status)
+	}
+	register()
+	wlen := blocks * (iv + 8)
+	_, err = target.qp.PostSend([]verbs.SendWR{{WRID: 2, Opcode: verbs.WRRDMARead, Flags: verbs.SendSignaled, SG: []verbs.SGE{target.mr.SGE(0, wlen)}, RKey: mr.RKey}})
+	require.NoError(t, err)
+	require.Equal(t, verbs.WCSuccess, wait(t, target, 1)[0].Status)
+	tuple := target.buf[2*(iv+8)+iv:]
+	require.Equal(t, []byte{0x00, 0x42}, tuple[2:4], "the inserted app tag")
+	stored := uint32(tuple[0])<<8 | uint32(tuple[1])
+	_, err = host.qp.PostSend([]verbs.SendWR{{WRID: 3, Opcode: verbs.WRLocalInv, InvalidateRKey: mr.RKey}})
+	require.NoError(t, err)
+	_, err = mr.CheckMRStatus()
+	require.NoError(t, err)
+	register()
+	target.buf[2*(iv+8)+7] ^= 1 // block 2's data: a guard error
+	_, err = target.qp.PostSend([]verbs.SendWR{{WRID: 4, Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled, SG: []verbs.SGE{target.mr.SGE(0, wlen)}, RKey: mr.RKey}})
+	require.NoError(t, err)
+	require.Equal(t, verbs.WCSuccess, wait(t, target, 1)[0].Status)
+	var s cq.SigFields
+	require.Eventually(t, func() bool { var ok bool; s, ok = verbs.PeekSigErr(host.cq); return ok }, 5*time.Second, time.Millisecond)
+	assert.Equal(t, uint16(cq.SigErrGuard), s.Syndrome)
+	assert.Equal(t, uint32(0x42), s.ExpectedTransSig&0xFFFF, "configured app tag")
+	assert.Equal(t, uint32(0x42), s.ActualTransSig&0xFFFF, "the block's app tag")
+	assert.Equal(t, stored, s.ActualTransSig>>16, "the block's guard")
+	assert.NotEqual(t, stored, s.ExpectedTransSig>>16)
+	var wcs [2]verbs.WC
+	_, err = host.cq.Poll(wcs[:])
+	require.NoError(t, err)
+	e, err := mr.CheckMRStatus()
+	require.NoError(t, err)
+	require.NotNil(t, e)
+	assert.Equal(t, verbs.SigErr{Type: verbs.SigBadGuard, Expected: s.ExpectedTransSig >> 16, Actual: stored, Offset: 2 * (iv + 8), Key: mr.RKey}, *e)
 }
