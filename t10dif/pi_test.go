@@ -10,6 +10,9 @@ import (
 	"math/rand/v2"
 	"strings"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // ---------------------------------------------------------------------------
@@ -801,31 +804,21 @@ func cloneBuf(b Buf) Buf {
 // TestModelSelfCheck pins the model to published values so that the
 // comparisons below compare against something known to be right.
 func TestModelSelfCheck(t *testing.T) {
-	if got := modelGuard(GuardCRC16, 0, []byte("123456789")); got != 0xD0DB {
-		t.Fatalf("model CRC16 = %#x", got)
-	}
-	if got := modelGuard(GuardCRC64NVMe, 0, []byte("123456789")); got != 0xAE8B14860A799888 {
-		t.Fatalf("model CRC64 = %#x", got)
-	}
+	require.Equal(t, uint64(0xD0DB), modelGuard(GuardCRC16, 0, []byte("123456789")), "model CRC16")
+	require.Equal(t, uint64(0xAE8B14860A799888), modelGuard(GuardCRC64NVMe, 0, []byte("123456789")), "model CRC64")
 	rng := rand.New(rand.NewPCG(11, 12))
 	for n := range 40 {
 		p := make([]byte, n)
 		for i := range p {
 			p[i] = byte(rng.Uint32())
 		}
-		if modelIPChecksum(0, p) != refIPChecksum(p) {
-			t.Fatalf("model IP checksum differs from refIPChecksum at len %d", n)
-		}
+		require.Equal(t, refIPChecksum(p), modelIPChecksum(0, p), "model IP checksum vs refIPChecksum at len %d", n)
 		// An initial sum is the same as a leading word.
 		s := uint16(rng.Uint32())
-		if got, want := modelIPChecksum(s, p), refIPChecksum(append([]byte{byte(s >> 8), byte(s)}, p...)); got != want {
-			t.Fatalf("model IP checksum seed %#x len %d = %#x, want %#x", s, n, got, want)
-		}
+		require.Equal(t, refIPChecksum(append([]byte{byte(s >> 8), byte(s)}, p...)), modelIPChecksum(s, p), "model IP checksum seed %#x len %d", s, n)
 		tab := crc64.MakeTable(0x9A6C9329AC4BC9B5)
 		seed := rng.Uint64()
-		if got, want := modelGuard(GuardCRC64NVMe, seed, p), crc64.Update(seed, tab, p); got != want {
-			t.Fatalf("model CRC64 seed convention: %#x, hash/crc64 %#x", got, want)
-		}
+		require.Equal(t, crc64.Update(seed, tab, p), modelGuard(GuardCRC64NVMe, seed, p), "model CRC64 seed convention vs hash/crc64")
 	}
 }
 
@@ -843,9 +836,7 @@ func TestApplyMatchesModel(t *testing.T) {
 	kinds := map[string]int{}
 	for i := range iters {
 		c, n := genConfig(ch, maxData)
-		if err := c.Validate(); err != nil {
-			t.Fatalf("case %d: generator made an invalid config %s: %v", i, describe(&c, n), err)
-		}
+		require.NoError(t, c.Validate(), "case %d: generator made an invalid config %s", i, describe(&c, n))
 		src := genInput(ch, &c, n)
 		applyChecked(t, &c, src, fmt.Sprintf("case %d", i))
 		want := modelApply(&c, src)
@@ -922,28 +913,22 @@ func TestTupleLayout(t *testing.T) {
 	// pi8: guard2 | app2 | ref4, big-endian.
 	d := Domain{Format: FormatPI8, Type: Type1, Interval: 512, RefTag: 0x01020304, AppTag: 0xA1B2}
 	out := make([]byte, 520)
-	if n, err := Generate(d, Buf{Data: out}, data); err != nil || n != 520 {
-		t.Fatalf("Generate pi8 = %d, %v", n, err)
-	}
+	n, err := Generate(d, Buf{Data: out}, data)
+	require.NoError(t, err, "Generate pi8")
+	require.Equal(t, 520, n, "Generate pi8")
 	g := refCRC16(0, data)
 	want := []byte{byte(g >> 8), byte(g), 0xA1, 0xB2, 0x01, 0x02, 0x03, 0x04}
-	if !bytes.Equal(out[512:], want) {
-		t.Fatalf("pi8 tuple % x, want % x", out[512:], want)
-	}
+	require.Equal(t, want, out[512:], "pi8 tuple")
 	// pi16: guard8 | app2 | ref6.
 	d = Domain{Format: FormatPI16, Type: Type1, Interval: 512, RefTag: 0x0A0B0C0D0E0F, AppTag: 0xA1B2}
 	out = make([]byte, 528)
-	if n, err := Generate(d, Buf{Data: out}, data); err != nil || n != 528 {
-		t.Fatalf("Generate pi16 = %d, %v", n, err)
-	}
+	n, err = Generate(d, Buf{Data: out}, data)
+	require.NoError(t, err, "Generate pi16")
+	require.Equal(t, 528, n, "Generate pi16")
 	want = binary.BigEndian.AppendUint64(nil, refCRC64NVMe(0, data))
 	want = append(want, 0xA1, 0xB2, 0x0A, 0x0B, 0x0C, 0x0D, 0x0E, 0x0F)
-	if !bytes.Equal(out[512:], want) {
-		t.Fatalf("pi16 tuple % x, want % x", out[512:], want)
-	}
-	if !bytes.Equal(out[:512], data) {
-		t.Fatal("data not copied")
-	}
+	require.Equal(t, want, out[512:], "pi16 tuple")
+	require.True(t, bytes.Equal(out[:512], data), "data not copied")
 }
 
 func TestFormatHelpers(t *testing.T) {
@@ -970,19 +955,15 @@ func TestFormatHelpers(t *testing.T) {
 	if d.Meta() != 128 || d.BlockSize() != 4096 {
 		t.Errorf("pi16 dix domain: meta %d block %d", d.Meta(), d.BlockSize())
 	}
-	if (Domain{}).Meta() != 0 || (Domain{}).HasPI() {
-		t.Error("zero domain has PI")
-	}
+	assert.Zero(t, (Domain{}).Meta(), "zero domain has PI")
+	assert.False(t, (Domain{}).HasPI(), "zero domain has PI")
 	for _, s := range []fmt.Stringer{GuardCRC16, GuardIPChecksum, GuardCRC64NVMe, GuardDefault, GuardType(7),
 		EscapeDefault, EscapeNone, EscapeApp, EscapeAppRef, Escape(9), ErrorGuard, ErrorRefTag, ErrorAppTag, ErrorType(0)} {
-		if s.String() == "" {
-			t.Errorf("%T %d has no name", s, s)
-		}
+		assert.NotEmpty(t, s.String(), "%T %d has no name", s, s)
 	}
 	e := &Error{Type: ErrorRefTag, Block: 3, Offset: 1536, Expected: 7, Actual: 8}
-	if msg := e.Error(); !strings.Contains(msg, "reftag") || !strings.Contains(msg, "block 3") {
-		t.Errorf("Error() = %q", msg)
-	}
+	assert.Contains(t, e.Error(), "reftag", "Error()")
+	assert.Contains(t, e.Error(), "block 3", "Error()")
 	if errors.Is(e, ErrGuard) || errors.Is(e, ErrAppTag) || !errors.Is(e, ErrRefTag) || errors.Is(e, ErrParam) {
 		t.Error("*Error matches the wrong sentinels")
 	}
@@ -1002,25 +983,17 @@ func TestGuardCoverage(t *testing.T) {
 	for _, first := range []bool{false, true} {
 		d := Domain{Format: FormatPI8, Type: Type1, Interval: 512, MetaSize: 16, PIFirst: first}
 		buf := append(append([]byte{}, data...), meta...)
-		if err := GenerateInPlace(d, Buf{Data: buf}); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, GenerateInPlace(d, Buf{Data: buf}))
 		var g uint16
 		var tup, rest []byte
 		if first {
 			g, tup, rest = refCRC16(0, data), buf[512:520], buf[520:]
-			if !bytes.Equal(rest, meta[8:]) {
-				t.Errorf("first: metadata after the tuple not kept")
-			}
+			assert.True(t, bytes.Equal(rest, meta[8:]), "first: metadata after the tuple not kept")
 		} else {
 			g, tup, rest = refCRC16(0, append(append([]byte{}, data...), meta[:8]...)), buf[520:], buf[512:520]
-			if !bytes.Equal(rest, meta[:8]) {
-				t.Errorf("last: metadata before the tuple not kept")
-			}
+			assert.True(t, bytes.Equal(rest, meta[:8]), "last: metadata before the tuple not kept")
 		}
-		if got := binary.BigEndian.Uint16(tup); got != g {
-			t.Errorf("PIFirst=%v: guard %#x, want %#x", first, got, g)
-		}
+		assert.Equal(t, g, binary.BigEndian.Uint16(tup), "PIFirst=%v: guard", first)
 		// Flipping a byte outside the tuple: detected only when covered.
 		k := 512 + 15
 		if !first {
@@ -1043,9 +1016,7 @@ func TestGuardCoverage(t *testing.T) {
 			t.Fatal(err)
 		}
 		want := crc64.Update(seed, tab, append(append([]byte{}, data...), make([]byte, 8)...))
-		if got := binary.BigEndian.Uint64(out[512+8:]); got != want {
-			t.Errorf("seed %#x: guard %#x, want hash/crc64 %#x", seed, got, want)
-		}
+		assert.Equal(t, want, binary.BigEndian.Uint64(out[512+8:]), "seed %#x: guard vs hash/crc64", seed)
 	}
 }
 
@@ -1062,12 +1033,8 @@ func TestIPChecksumGuard(t *testing.T) {
 			}
 			prefix := make([]byte, ms-8)
 			want := modelIPChecksum(uint16(seed), append(append([]byte{}, data...), prefix...))
-			if got := binary.BigEndian.Uint16(out[512+ms-8:]); got != want {
-				t.Errorf("seed %#x meta %d: guard %#x, want %#x", seed, ms, got, want)
-			}
-			if err := Verify(d, CheckAll, Buf{Data: out}); err != nil {
-				t.Errorf("seed %#x meta %d: %v", seed, ms, err)
-			}
+			assert.Equal(t, want, binary.BigEndian.Uint16(out[512+ms-8:]), "seed %#x meta %d: guard", seed, ms)
+			assert.NoError(t, Verify(d, CheckAll, Buf{Data: out}), "seed %#x meta %d", seed, ms)
 		}
 	}
 	// All-zero data: guard 0xFFFF with seed 0.
@@ -1076,9 +1043,7 @@ func TestIPChecksumGuard(t *testing.T) {
 	if _, err := Generate(d, Buf{Data: out}, make([]byte, 512)); err != nil {
 		t.Fatal(err)
 	}
-	if g := binary.BigEndian.Uint16(out[512:]); g != 0xFFFF {
-		t.Errorf("ip guard of zeros = %#x, want 0xffff", g)
-	}
+	assert.Equal(t, uint16(0xFFFF), binary.BigEndian.Uint16(out[512:]), "ip guard of zeros")
 }
 
 // ---------------------------------------------------------------------------
@@ -1137,9 +1102,8 @@ func mustGenerate(t *testing.T, d Domain, data []byte) Buf {
 	fillJunk(dst.Data)
 	fillJunk(dst.Meta)
 	n, err := Generate(d, dst, data)
-	if err != nil || n != len(dst.Data) {
-		t.Fatalf("Generate = %d, %v", n, err)
-	}
+	require.NoError(t, err, "Generate")
+	require.Equal(t, len(dst.Data), n, "Generate")
 	// Generate is the model's generate with zero non-tuple metadata.
 	if want := modelBuild(d, data, nil); !bytes.Equal(dst.Data, want.Data) || !bytes.Equal(dst.Meta, want.Meta) {
 		t.Fatalf("Generate output differs from the model")
@@ -1150,15 +1114,10 @@ func mustGenerate(t *testing.T, d Domain, data []byte) Buf {
 func wantErrType(t *testing.T, err error, typ ErrorType, block uint64) *Error {
 	t.Helper()
 	var e *Error
-	if !errors.As(err, &e) {
-		t.Fatalf("error %v, want %v at block %d", err, typ, block)
-	}
-	if e.Type != typ || e.Block != block {
-		t.Fatalf("error %+v, want %v at block %d", *e, typ, block)
-	}
-	if !errors.Is(err, typeSentinel(typ)) {
-		t.Fatalf("error %v does not match %v", err, typeSentinel(typ))
-	}
+	require.ErrorAs(t, err, &e, "want %v at block %d", typ, block)
+	require.Equal(t, typ, e.Type, "error %+v, want %v at block %d", *e, typ, block)
+	require.Equal(t, block, e.Block, "error %+v, want %v at block %d", *e, typ, block)
+	require.ErrorIs(t, err, typeSentinel(typ))
 	return e
 }
 
@@ -1172,32 +1131,22 @@ func TestSPDKGenerateAndVerify(t *testing.T) {
 				d.RefTag, d.AppTag, d.AppTagMask, d.Seed = 22, 0x22, 0xFFFF, 0xCD
 				data := spdkData(4 * g.interval)
 				buf := mustGenerate(t, d, data)
-				if err := Verify(d, CheckAll, buf); err != nil {
-					t.Fatalf("verify: %v", err)
-				}
+				require.NoError(t, Verify(d, CheckAll, buf), "verify")
 				bad := d
 				bad.RefTag = 23
 				e := wantErrType(t, Verify(bad, CheckAll, buf), ErrorRefTag, 0)
-				if e.Expected != 23 || e.Actual != 22 {
-					t.Errorf("ref error %+v", *e)
-				}
+				assert.EqualValues(t, 23, e.Expected, "ref error %+v", *e)
+				assert.EqualValues(t, 22, e.Actual, "ref error %+v", *e)
 				bad = d
 				bad.AppTag = 0x23
 				e = wantErrType(t, Verify(bad, CheckAll, buf), ErrorAppTag, 0)
-				if e.Expected != 0x23 || e.Actual != 0x22 {
-					t.Errorf("app error %+v", *e)
-				}
+				assert.EqualValues(t, 0x23, e.Expected, "app error %+v", *e)
+				assert.EqualValues(t, 0x22, e.Actual, "app error %+v", *e)
 				// Checks that are off are not made.
-				if err := Verify(bad, CheckGuard|CheckRefTag, buf); err != nil {
-					t.Errorf("app mismatch with app check off: %v", err)
-				}
+				assert.NoError(t, Verify(bad, CheckGuard|CheckRefTag, buf), "app mismatch with app check off")
 				bad.RefTag = 23
-				if err := Verify(bad, CheckGuard, buf); err != nil {
-					t.Errorf("tag mismatches with only the guard checked: %v", err)
-				}
-				if err := Verify(bad, 0, buf); err != nil {
-					t.Errorf("no checks: %v", err)
-				}
+				assert.NoError(t, Verify(bad, CheckGuard, buf), "tag mismatches with only the guard checked")
+				assert.NoError(t, Verify(bad, 0, buf), "no checks")
 				// Seed mismatch is a guard error with the computed guard expected.
 				bad = d
 				bad.Seed = 0
@@ -1224,14 +1173,10 @@ func TestSPDKEscapes(t *testing.T) {
 			buf := mustGenerate(t, d, data)
 			exp := d
 			exp.AppTag, exp.RefTag = 0x22, 7
-			if err := Verify(exp, CheckAll, buf); err != nil {
-				t.Errorf("type 1 app 0xffff: %v", err)
-			}
+			assert.NoError(t, Verify(exp, CheckAll, buf), "type 1 app 0xffff")
 			corrupt := cloneBuf(buf)
 			corrupt.Data[5] ^= 0x10
-			if err := Verify(exp, CheckAll, corrupt); err != nil {
-				t.Errorf("type 1 app 0xffff, bad data: %v", err)
-			}
+			assert.NoError(t, Verify(exp, CheckAll, corrupt), "type 1 app 0xffff, bad data")
 			// EscapeNone turns it off.
 			exp.Escape = EscapeNone
 			wantErrType(t, Verify(exp, CheckAll, corrupt), ErrorGuard, 0)
@@ -1270,17 +1215,13 @@ func TestSPDKEscapes(t *testing.T) {
 			exp.AppTag, exp.RefTag = 0x22, 5
 			corrupt = cloneBuf(buf)
 			corrupt.Data[g.interval+1] ^= 0x80 // metadata or data of block 0/1
-			if err := Verify(exp, CheckAll, corrupt); err != nil {
-				t.Errorf("type 3 app 0xffff ref all ones: %v", err)
-			}
+			assert.NoError(t, Verify(exp, CheckAll, corrupt), "type 3 app 0xffff ref all ones")
 			// EscapeApp on Type 3 skips on the app tag alone.
 			d.RefTag = 0x1234
 			buf = mustGenerate(t, d, data)
 			exp = d
 			exp.AppTag, exp.Escape = 0x22, EscapeApp
-			if err := Verify(exp, CheckAll, buf); err != nil {
-				t.Errorf("type 3 with EscapeApp: %v", err)
-			}
+			assert.NoError(t, Verify(exp, CheckAll, buf), "type 3 with EscapeApp")
 		})
 	}
 	// A 32-bit all-ones ref is not all ones for pi16.
@@ -1363,21 +1304,15 @@ func TestSPDKAppTagMask(t *testing.T) {
 			t.Errorf("%v: %+v", f, *e)
 		}
 		v.AppTagMask = 0xFF00
-		if err := Verify(v, CheckAll, buf); err != nil {
-			t.Errorf("%v mask 0xff00: %v", f, err)
-		}
+		assert.NoError(t, Verify(v, CheckAll, buf), "%v mask 0xff00", f)
 		v.AppTagMask = 0x00FF
 		wantErrType(t, Verify(v, CheckAll, buf), ErrorAppTag, 0)
 		v.AppTagMask = 0x0022 // 0x34&0x22 = 0x20, 0x56&0x22 = 0x02: differ
 		wantErrType(t, Verify(v, CheckAll, buf), ErrorAppTag, 0)
 		v.AppTagMask = 0xFF89 // 0x34&0x89 = 0x56&0x89 = 0: equal
-		if err := Verify(v, CheckAll, buf); err != nil {
-			t.Errorf("%v mask 0xff89: %v", f, err)
-		}
+		assert.NoError(t, Verify(v, CheckAll, buf), "%v mask 0xff89", f)
 		v.AppTagMask = 0 // nothing compared
-		if err := Verify(v, CheckAll, buf); err != nil {
-			t.Errorf("%v mask 0: %v", f, err)
-		}
+		assert.NoError(t, Verify(v, CheckAll, buf), "%v mask 0", f)
 	}
 	// pi8 partial byte masks: the high app byte only (0x20), the low one
 	// only (0x10).
@@ -1385,17 +1320,13 @@ func TestSPDKAppTagMask(t *testing.T) {
 	buf := mustGenerate(t, d, spdkData(512))
 	v := d
 	v.AppTag = 0x1256
-	if err := Verify(v, CheckGuard|0x20|CheckRefTag, buf); err != nil {
-		t.Errorf("high app byte only: %v", err)
-	}
+	assert.NoError(t, Verify(v, CheckGuard|0x20|CheckRefTag, buf), "high app byte only")
 	e := wantErrType(t, Verify(v, 0x10, buf), ErrorAppTag, 0)
 	if e.Expected != 0x1256 || e.Actual != 0x1234 {
 		t.Errorf("low app byte: %+v", *e)
 	}
 	v.AppTag = 0x9934
-	if err := Verify(v, 0x10, buf); err != nil {
-		t.Errorf("low app byte matches: %v", err)
-	}
+	assert.NoError(t, Verify(v, 0x10, buf), "low app byte matches")
 	wantErrType(t, Verify(v, 0x20, buf), ErrorAppTag, 0)
 }
 
@@ -1417,9 +1348,7 @@ func TestPartialMasks(t *testing.T) {
 	} {
 		err := Verify(d, tc.check, buf)
 		if tc.typ == 0 {
-			if err != nil {
-				t.Errorf("check %#02x: %v", uint8(tc.check), err)
-			}
+			assert.NoError(t, err, "check %#02x", uint8(tc.check))
 			continue
 		}
 		e := wantErrType(t, err, tc.typ, 1)
@@ -1605,9 +1534,7 @@ func TestApplyLengthErrors(t *testing.T) {
 	if n, err := Generate(d, Buf{}, nil); n != 0 || err != nil {
 		t.Fatalf("Generate of nothing = %d, %v", n, err)
 	}
-	if err := Verify(d, CheckAll, Buf{}); err != nil {
-		t.Fatalf("Verify of nothing: %v", err)
-	}
+	require.NoError(t, Verify(d, CheckAll, Buf{}), "Verify of nothing")
 }
 
 // C13: the guard seed.
@@ -1626,18 +1553,14 @@ func TestSPDKGuardSeed(t *testing.T) {
 		if g := getBE(buf.Data[512 : 512+s.gl]); g != tc.zeroG {
 			t.Errorf("%v seed 0: guard %#x, want %#x", tc.d.Guard, g, tc.zeroG)
 		}
-		if err := Verify(tc.d, CheckAll, buf); err != nil {
-			t.Errorf("%v seed 0: %v", tc.d.Guard, err)
-		}
+		assert.NoError(t, Verify(tc.d, CheckAll, buf), "%v seed 0", tc.d.Guard)
 		seeded := tc.d
 		seeded.Seed = 0xCD
 		sbuf := mustGenerate(t, seeded, zero)
 		if g := getBE(sbuf.Data[512 : 512+s.gl]); g == tc.zeroG || (s.guard == GuardCRC16 && g == 0) {
 			t.Errorf("%v seed 0xcd: guard %#x unchanged", tc.d.Guard, g)
 		}
-		if err := Verify(seeded, CheckAll, sbuf); err != nil {
-			t.Errorf("%v seed 0xcd: %v", tc.d.Guard, err)
-		}
+		assert.NoError(t, Verify(seeded, CheckAll, sbuf), "%v seed 0xcd", tc.d.Guard)
 		e := wantErrType(t, Verify(tc.d, CheckAll, sbuf), ErrorGuard, 0)
 		if e.Expected != tc.zeroG || e.Actual != getBE(sbuf.Data[512:512+s.gl]) {
 			t.Errorf("%v seed mismatch: %+v", tc.d.Guard, *e)
@@ -1680,14 +1603,10 @@ func TestSPDKGuardValues(t *testing.T) {
 		hand := append(append([]byte{}, tc.data...), binary.BigEndian.AppendUint64(nil, tc.crc64)...)
 		hand = append(hand, 0x00, 0x07, 0, 0, 0, 0, 0, 5)
 		d16.AppTag, d16.AppTagMask = 7, 0xFFFF
-		if err := Verify(d16, CheckAll, Buf{Data: hand}); err != nil {
-			t.Errorf("%s: hand-built pi16: %v", tc.name, err)
-		}
+		assert.NoError(t, Verify(d16, CheckAll, Buf{Data: hand}), "%s: hand-built pi16", tc.name)
 		hand = append(append([]byte{}, tc.data...), byte(tc.crc16>>8), byte(tc.crc16), 0, 7, 0, 0, 0, 5)
 		d8.AppTag, d8.AppTagMask = 7, 0xFFFF
-		if err := Verify(d8, CheckAll, Buf{Data: hand}); err != nil {
-			t.Errorf("%s: hand-built pi8: %v", tc.name, err)
-		}
+		assert.NoError(t, Verify(d8, CheckAll, Buf{Data: hand}), "%s: hand-built pi8", tc.name)
 	}
 }
 
@@ -1718,9 +1637,7 @@ func TestRefTagWrap(t *testing.T) {
 				t.Errorf("%v ref %#x %v/%d block %d: ref %#x, want %#x", tc.f, tc.ref, tc.typ, tc.mode, i, got, w)
 			}
 		}
-		if err := Verify(d, CheckAll, buf); err != nil {
-			t.Errorf("%v ref %#x: %v", tc.f, tc.ref, err)
-		}
+		assert.NoError(t, Verify(d, CheckAll, buf), "%v ref %#x", tc.f, tc.ref)
 		// Block 2's expected ref, shown in an error.
 		bad := cloneBuf(buf)
 		bad.Data[2*s.unit()+8+s.tuple-1] ^= 1
@@ -1895,9 +1812,7 @@ func TestSPDKCopyInsertStrip(t *testing.T) {
 				data := spdkData(4 * g.interval)
 				src := append([]byte{}, data...)
 				bounce := mustGenerate(t, d, src)
-				if !bytes.Equal(src, data) {
-					t.Fatal("generate changed its source")
-				}
+				require.True(t, bytes.Equal(src, data), "generate changed its source")
 				// The bounce holds the pattern and zeroed non-tuple metadata.
 				for i := range 4 {
 					var m []byte
@@ -1927,9 +1842,7 @@ func TestSPDKCopyInsertStrip(t *testing.T) {
 	if n, err := Apply(&Config{Check: CheckAll, Copy: CheckAll}, Buf{Data: out}, Buf{Data: data}); err != nil || n != 1000 || !bytes.Equal(out, data) {
 		t.Fatalf("plain copy = %d, %v", n, err)
 	}
-	if err := Verify(Domain{}, CheckAll, Buf{Data: data}); err != nil {
-		t.Fatalf("verify without PI: %v", err)
-	}
+	require.NoError(t, Verify(Domain{}, CheckAll, Buf{Data: data}), "verify without PI")
 }
 
 // H: NVMe PRACT-like operation with metadata larger than the tuple.
@@ -1998,9 +1911,7 @@ func TestSPDKPract(t *testing.T) {
 					}
 					fillJunk(m[s.piOff : s.piOff+s.tuple])
 				}
-				if err := GenerateInPlace(d, junkTuples); err != nil {
-					t.Fatal(err)
-				}
+				require.NoError(t, GenerateInPlace(d, junkTuples))
 				if !bytes.Equal(junkTuples.Data, in.Data) || !bytes.Equal(junkTuples.Meta, in.Meta) {
 					t.Fatalf("%s: GenerateInPlace differs from the model", name)
 				}
@@ -2032,9 +1943,7 @@ func TestSPDKRemap(t *testing.T) {
 					out.Meta = out.Meta[:len(buf.Meta)]
 				}
 				nd.AppTag = 0x4242
-				if err := Verify(nd, CheckAll, out); err != nil {
-					t.Fatalf("%s: verify at the new ref: %v", name, err)
-				}
+				require.NoError(t, Verify(nd, CheckAll, out), "%s: verify at the new ref", name)
 				e := wantErrType(t, Verify(d, CheckAll, out), ErrorRefTag, 0)
 				if e.Expected != refs[0] || e.Actual != refs[1] {
 					t.Errorf("%s: old ref check %+v", name, *e)
@@ -2086,12 +1995,8 @@ func TestTranslateGuard(t *testing.T) {
 		t.Fatalf("translate = %d, %v", n, err)
 	}
 	crc.AppTag, crc.RefTag = 0x10, 3
-	if err := Verify(crc, CheckAll, Buf{Data: wire}); err != nil {
-		t.Fatalf("wire verify: %v", err)
-	}
-	if !bytes.Equal(wire, mustGenerate(t, crc, data).Data) {
-		t.Fatal("translated wire differs from a direct generate")
-	}
+	require.NoError(t, Verify(crc, CheckAll, Buf{Data: wire}), "wire verify")
+	require.True(t, bytes.Equal(wire, mustGenerate(t, crc, data).Data), "translated wire differs from a direct generate")
 	// And back, in place on a DIF copy.
 	back := append([]byte{}, wire...)
 	ipDIF := ip
@@ -2099,9 +2004,7 @@ func TestTranslateGuard(t *testing.T) {
 	if _, err := Translate(crc, ipDIF, CheckAll, CheckAppTag|CheckRefTag, Buf{Data: back}, Buf{Data: back}); err != nil {
 		t.Fatal(err)
 	}
-	if !bytes.Equal(back, mustGenerate(t, ipDIF, data).Data) {
-		t.Fatal("in-place translate back differs")
-	}
+	require.True(t, bytes.Equal(back, mustGenerate(t, ipDIF, data).Data), "in-place translate back differs")
 }
 
 // Re-blocking: regenerate PI at another interval.
@@ -2115,9 +2018,7 @@ func TestReblocking(t *testing.T) {
 	if err != nil || n != len(dst) {
 		t.Fatalf("re-block = %d, %v", n, err)
 	}
-	if !bytes.Equal(dst, mustGenerate(t, out, data).Data) {
-		t.Fatal("re-blocked output differs from a direct generate")
-	}
+	require.True(t, bytes.Equal(dst, mustGenerate(t, out, data).Data), "re-blocked output differs from a direct generate")
 	// An input error is reported in input blocks; output still complete.
 	bad := cloneBuf(src)
 	bad.Data[5*520+100] ^= 1
@@ -2129,9 +2030,7 @@ func TestReblocking(t *testing.T) {
 	}
 	corrupted := append([]byte{}, data...)
 	corrupted[5*512+100] ^= 1
-	if !bytes.Equal(dst, mustGenerate(t, out, corrupted).Data) {
-		t.Fatal("re-blocked output of a bad input is not its data's generate")
-	}
+	require.True(t, bytes.Equal(dst, mustGenerate(t, out, corrupted).Data), "re-blocked output of a bad input is not its data's generate")
 	// And back down, DIX.
 	out.Separate = true
 	mid := mustGenerate(t, out, data)
