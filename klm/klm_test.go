@@ -11,6 +11,9 @@ import (
 	"unsafe"
 
 	"github.com/hcasim/hcasim/klm"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // ---------------------------------------------------------------------------
@@ -306,55 +309,33 @@ func TestMemoryMap(t *testing.T) {
 			t.Errorf("Map(%#x, %#x) = %v, want %v", c.iova, c.n, err, c.want)
 		}
 	}
-	if err := m.Map(0x2000, nil); !errors.Is(err, klm.ErrEmptyMap) {
-		t.Errorf("Map(nil) = %v", err)
-	}
+	assert.ErrorIs(t, m.Map(0x2000, nil), klm.ErrEmptyMap, "Map(nil)")
 	if got := m.Mapped(); got != 0x100+0x10+0x100+0x10+16 {
 		t.Fatalf("Mapped = %#x", got)
 	}
 	for _, a := range []uint64{0x1080, 0x10FF, 0x2000, 0} {
-		if err := m.Unmap(a); !errors.Is(err, klm.ErrNotMapped) {
-			t.Errorf("Unmap(%#x) = %v, want ErrNotMapped (not a region start)", a, err)
-		}
+		assert.ErrorIs(t, m.Unmap(a), klm.ErrNotMapped, "Unmap(%#x)", a)
 	}
-	if err := m.Unmap(0x1000); err != nil {
-		t.Fatal(err)
-	}
-	if err := m.Unmap(0x1000); !errors.Is(err, klm.ErrNotMapped) {
-		t.Fatalf("second Unmap = %v", err)
-	}
+	require.NoError(t, m.Unmap(0x1000))
+	require.ErrorIs(t, m.Unmap(0x1000), klm.ErrNotMapped, "second Unmap")
 	if got := m.Mapped(); got != 0x10+0x100+0x10+16 {
 		t.Fatalf("Mapped after Unmap = %#x", got)
 	}
-	if err := m.Map(0x1000, make([]byte, 0x100)); err != nil {
-		t.Fatalf("Map after Unmap: %v", err)
-	}
+	require.NoError(t, m.Map(0x1000, make([]byte, 0x100)), "Map after Unmap")
 }
 
 func TestMemoryLimit(t *testing.T) {
 	m := klm.NewMemory()
 	m.Limit = 100
-	if err := m.Map(0, make([]byte, 60)); err != nil {
-		t.Fatal(err)
-	}
-	if err := m.Map(100, make([]byte, 41)); !errors.Is(err, klm.ErrMapLimit) {
-		t.Fatalf("Map over the limit = %v", err)
-	}
+	require.NoError(t, m.Map(0, make([]byte, 60)))
+	require.ErrorIs(t, m.Map(100, make([]byte, 41)), klm.ErrMapLimit, "Map over the limit")
 	if m.Mapped() != 60 {
 		t.Fatalf("a refused Map changed Mapped to %d", m.Mapped())
 	}
-	if err := m.Map(100, make([]byte, 40)); err != nil {
-		t.Fatalf("Map up to the limit: %v", err)
-	}
-	if err := m.Map(200, make([]byte, 1)); !errors.Is(err, klm.ErrMapLimit) {
-		t.Fatalf("Map past a full limit = %v", err)
-	}
-	if err := m.Unmap(0); err != nil {
-		t.Fatal(err)
-	}
-	if err := m.Map(200, make([]byte, 60)); err != nil {
-		t.Fatalf("Map after Unmap freed room: %v", err)
-	}
+	require.NoError(t, m.Map(100, make([]byte, 40)), "Map up to the limit")
+	require.ErrorIs(t, m.Map(200, make([]byte, 1)), klm.ErrMapLimit, "Map past a full limit")
+	require.NoError(t, m.Unmap(0))
+	require.NoError(t, m.Map(200, make([]byte, 60)), "Map after Unmap freed room")
 }
 
 func TestMemorySegments(t *testing.T) {
@@ -402,9 +383,7 @@ func TestMemorySegments(t *testing.T) {
 		{^uint64(0) - 0x20, 17}, // past top
 	} {
 		got, err := s.mem.Segments(newSegs(), r.iova, r.n)
-		if !errors.Is(err, klm.ErrUnmappedIO) {
-			t.Errorf("Segments(%#x, %#x) = %v, want ErrUnmappedIO", r.iova, r.n, err)
-		}
+		assert.ErrorIs(t, err, klm.ErrUnmappedIO, "Segments(%#x, %#x)", r.iova, r.n)
 		if len(got) != len(sentinel) {
 			t.Errorf("Segments(%#x, %#x) failed with %d segments", r.iova, r.n, len(got))
 		}
@@ -544,9 +523,7 @@ func TestTableFull(t *testing.T) {
 	if _, err := e.tbl.Create(paMkey(0, 1)); !errors.Is(err, klm.ErrTableFull) {
 		t.Fatalf("Create on a full table = %v", err)
 	}
-	if err := e.tbl.Destroy(keys[1].Index()); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, e.tbl.Destroy(keys[1].Index()))
 	k := e.create(paMkey(0, 1))
 	if k.Index() != keys[1].Index() {
 		t.Fatalf("Create after Destroy got index %#x, want the freed %#x", k.Index(), keys[1].Index())
@@ -559,9 +536,7 @@ func TestTableFull(t *testing.T) {
 	idx := func() uint32 { return w.create(paMkey(0, 1)).Index() }
 	destroy := func(i uint32) {
 		t.Helper()
-		if err := w.tbl.Destroy(i); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, w.tbl.Destroy(i))
 	}
 	for _, want := range []uint32{8, 9, 10} {
 		if got := idx(); got != want {
@@ -594,24 +569,16 @@ func TestTableDestroy(t *testing.T) {
 	e.mapNew(0x1000, 0x100)
 	k := e.create(paMkey(0x1000, 0x100))
 	for _, i := range []uint32{0, 1, 7, 1 << 20, ^uint32(0)} {
-		if err := e.tbl.Destroy(i); !errors.Is(err, klm.ErrIndex) {
-			t.Errorf("Destroy(%#x) = %v, want ErrIndex", i, err)
-		}
+		assert.ErrorIs(t, e.tbl.Destroy(i), klm.ErrIndex, "Destroy(%#x)", i)
 	}
-	if err := e.tbl.Destroy(k.Index() + 1); !errors.Is(err, klm.ErrNoMkey) {
-		t.Errorf("Destroy(unused) = %v", err)
-	}
+	assert.ErrorIs(t, e.tbl.Destroy(k.Index() + 1), klm.ErrNoMkey, "Destroy(unused)")
 	e.resolve(klm.Request{Key: k, PD: testPD, Addr: 0x1000, Len: 0x10, Access: klm.LocalRead})
-	if err := e.tbl.Destroy(k.Index()); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, e.tbl.Destroy(k.Index()))
 	if e.tbl.Lookup(k.Index()) != nil {
 		t.Fatal("Lookup after Destroy")
 	}
 	e.wantFault(klm.Request{Key: k, PD: testPD, Addr: 0x1000, Len: 0x10, Access: klm.LocalRead}, klm.FaultBadIndex, k, 0)
-	if err := e.tbl.Destroy(k.Index()); !errors.Is(err, klm.ErrNoMkey) {
-		t.Errorf("second Destroy = %v", err)
-	}
+	assert.ErrorIs(t, e.tbl.Destroy(k.Index()), klm.ErrNoMkey, "second Destroy")
 }
 
 func TestTableUpdate(t *testing.T) {
@@ -632,9 +599,7 @@ func TestTableUpdate(t *testing.T) {
 		n.XLT = klmXLT(klm.KLMFields{ByteCount: 0x100, Key: klm.ReservedLKey, VA: 0x1800})
 		return n, nil
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	wantRuns(t, e.resolve(req), []run{{0x1800, 0x100}})
 	if cur := e.tbl.Lookup(k.Index()); cur == old {
 		t.Fatal("Update changed the context in place")
@@ -646,9 +611,7 @@ func TestTableUpdate(t *testing.T) {
 	// A build error is returned as is; the table is unchanged.
 	published := e.tbl.Lookup(k.Index())
 	errBuild := errors.New("no")
-	if err := e.tbl.Update(k.Index(), func(cur *klm.Mkey) (*klm.Mkey, error) { return nil, errBuild }); !errors.Is(err, errBuild) {
-		t.Fatalf("Update with a failing build = %v", err)
-	}
+	require.ErrorIs(t, e.tbl.Update(k.Index(), func(cur *klm.Mkey) (*klm.Mkey, error) { return nil, errBuild }), errBuild, "Update with a failing build")
 	// An invalid next context is refused; the table is unchanged.
 	for name, c := range map[string]struct {
 		edit func(*klm.Mkey)
@@ -674,9 +637,7 @@ func TestTableUpdate(t *testing.T) {
 		wantRuns(t, e.resolve(req), []run{{0x1800, 0x100}})
 	}
 	for _, i := range []uint32{0, 1, 7, 1 << 20} {
-		if err := e.tbl.Update(i, func(cur *klm.Mkey) (*klm.Mkey, error) { return cur.Clone(), nil }); !errors.Is(err, klm.ErrIndex) {
-			t.Errorf("Update(%#x) = %v, want ErrIndex", i, err)
-		}
+		assert.ErrorIs(t, e.tbl.Update(i, func(cur *klm.Mkey) (*klm.Mkey, error) { return cur.Clone(), nil }), klm.ErrIndex, "Update(%#x)", i)
 	}
 	called := false
 	if err := e.tbl.Update(k.Index()+1, func(cur *klm.Mkey) (*klm.Mkey, error) { called = true; return cur, nil }); !errors.Is(err, klm.ErrNoMkey) || called {
@@ -726,9 +687,7 @@ func TestResolvePA(t *testing.T) {
 	wantRuns(t, e.resolve(r), []run{{0x10800, 0x800}, {0x11000, 0x800}})
 	// Segments are the mapped buffers themselves.
 	segs, err := e.tbl.Resolve(nil, r)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	copy(segs[0], "written")
 	if string(a[0x800:0x807]) != "written" {
 		t.Fatal("a write through a resolved segment is not in the buffer")
@@ -1040,15 +999,11 @@ func TestWorkedExampleStrided(t *testing.T) {
 		t.Fatalf("signature translation\n% x\nwant\n% x", xlt, golden)
 	}
 	sig := sigMkey(4096+64, xlt)
-	if !bytes.Equal(sig.XLT[48:], make([]byte, 16)) {
-		t.Fatal("pad is not zero")
-	}
+	require.True(t, bytes.Equal(sig.XLT[48:], make([]byte, 16)), "pad is not zero")
 	sigKey := e.create(sig)
 
 	segs, err := e.tbl.Resolve(make([][]byte, 0, 16), klm.Request{Key: sigKey, PD: testPD, Len: 4160, Access: klm.LocalRead})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	if len(segs) != 16 {
 		t.Fatalf("%d segments, want 16 (data block, PI, ...)", len(segs))
 	}
@@ -1073,9 +1028,7 @@ func TestWorkedExampleStrided(t *testing.T) {
 	}
 	// Scatter: writes through the segments land in the two buffers.
 	segs, err = e.tbl.Resolve(segs[:0], klm.Request{Key: sigKey, PD: testPD, Addr: 520 + 510, Len: 12, Access: klm.RemoteWrite})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	wantRuns(t, e.runs(segs), []run{{0x10000 + 512 + 510, 2}, {0x20008, 8}, {0x10000 + 1024, 2}})
 	n := 0
 	for _, s := range segs {
@@ -1431,9 +1384,7 @@ func TestResolveDoesNotAllocate(t *testing.T) {
 		allocs := testing.AllocsPerRun(50, func() {
 			_, err = e.tbl.Resolve(segs[:0], r)
 		})
-		if err != nil {
-			t.Fatalf("%s: %v", name, err)
-		}
+		require.NoError(t, err, "%s", name)
 		if allocs != 0 {
 			t.Errorf("%s: %v allocations per Resolve", name, allocs)
 		}
@@ -1445,9 +1396,7 @@ func TestConcurrentResolveUpdate(t *testing.T) {
 	a := e.mapNew(0x10000, 0x1000)
 	mem, tbl := e.mem, e.tbl
 	toggled := make([]byte, 0x100)
-	if err := mem.Map(0x20000, toggled); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, mem.Map(0x20000, toggled))
 	xlt := [2][]byte{
 		klmXLT(klm.KLMFields{ByteCount: 0x80, Key: klm.ReservedLKey, VA: 0x10000}, klm.KLMFields{ByteCount: 0x80, Key: klm.ReservedLKey, VA: 0x10400}),
 		klmXLT(klm.KLMFields{ByteCount: 0x80, Key: klm.ReservedLKey, VA: 0x10800}, klm.KLMFields{ByteCount: 0x80, Key: klm.ReservedLKey, VA: 0x10C00}),

@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"github.com/hcasim/hcasim/klm"
+
+	"github.com/stretchr/testify/require"
 )
 
 // Property tests: random trees of PA, MTT, KLM, KSM and repeat-block keys
@@ -859,13 +861,9 @@ func TestResolvePrefixes(t *testing.T) {
 			a, b := r, r
 			a.Len, b.Addr, b.Len = cut, r.Addr+cut, r.Len-cut
 			parts, err := w.tbl.Resolve(nil, a)
-			if err != nil {
-				t.Fatalf("%+v resolves, its prefix %+v faults: %v", r, a, err)
-			}
+			require.NoError(t, err, "%+v resolves, its prefix %+v faults", r, a)
 			parts, err = w.tbl.Resolve(parts, b)
-			if err != nil {
-				t.Fatalf("%+v resolves, its suffix %+v faults: %v", r, b, err)
-			}
+			require.NoError(t, err, "%+v resolves, its suffix %+v faults", r, b)
 			wantRuns(t, coalesce(w.sp.runs(parts)), coalesce(w.sp.runs(whole)))
 		}
 	}

@@ -1,10 +1,11 @@
 package klm_test
 
 import (
-	"errors"
 	"testing"
 
 	"github.com/hcasim/hcasim/klm"
+
+	"github.com/stretchr/testify/require"
 )
 
 // Regression tests for bugs found while writing these tests (against
@@ -41,9 +42,7 @@ func TestUpdateEditingCloneInPlace(t *testing.T) {
 		n.LogPageSize = 40 // invalid: the update must fail
 		return n, nil
 	})
-	if !errors.Is(err, klm.ErrBadPageSize) {
-		t.Fatalf("Update = %v", err)
-	}
+	require.ErrorIs(t, err, klm.ErrBadPageSize, "Update")
 	wantRuns(t, e.resolve(req), []run{{0x10000, 0x10}})
 }
 
@@ -119,9 +118,7 @@ func TestNewTableLargeMaxMkeys(t *testing.T) {
 	}()
 	tbl := klm.NewTable(klm.Caps{MaxMkeys: ^uint32(0), LogMaxKLMListSize: 4, MaxIndirection: 1, MinLogPageSize: 12, MaxLogPageSize: 12}, klm.NewMemory())
 	k, err := tbl.Create(paMkey(0, 1))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	if tbl.Lookup(k.Index()) == nil {
 		t.Fatalf("key %v not found", k)
 	}
