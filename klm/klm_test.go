@@ -34,19 +34,14 @@ func TestKLMLayout(t *testing.T) {
 		buf := bytes.Repeat([]byte{0xEE}, 3*klm.KLMSize)
 		e := klm.KLM(buf[klm.KLMSize:])
 		e.Encode(&c.f)
-		if !bytes.Equal(buf[klm.KLMSize:2*klm.KLMSize], want) {
-			t.Errorf("KLM %+v encodes as % x, want % x", c.f, buf[16:32], want)
-		}
-		if !bytes.Equal(buf[:16], bytes.Repeat([]byte{0xEE}, 16)) || !bytes.Equal(buf[32:], bytes.Repeat([]byte{0xEE}, 16)) {
-			t.Errorf("KLM %+v: Encode wrote outside its entry", c.f)
-		}
-		if got := klm.KLM(want).Fields(); got != c.f {
-			t.Errorf("KLM % x decodes as %+v, want %+v", want, got, c.f)
-		}
+		assert.Equal(t, want, buf[klm.KLMSize:2*klm.KLMSize], "KLM %+v encodes", c.f)
+		assert.Equal(t, bytes.Repeat([]byte{0xEE}, 16), buf[:16], "KLM %+v: Encode wrote before its entry", c.f)
+		assert.Equal(t, bytes.Repeat([]byte{0xEE}, 16), buf[32:], "KLM %+v: Encode wrote after its entry", c.f)
+		assert.Equal(t, c.f, klm.KLM(want).Fields(), "KLM % x decodes", want)
 		v := klm.KLM(want)
-		if v.ByteCount() != c.f.ByteCount || v.Key() != c.f.Key || v.VA() != c.f.VA {
-			t.Errorf("KLM accessors of % x: %#x %v %#x", want, v.ByteCount(), v.Key(), v.VA())
-		}
+		assert.Equal(t, c.f.ByteCount, v.ByteCount(), "KLM accessors of % x", want)
+		assert.Equal(t, c.f.Key, v.Key(), "KLM accessors of % x", want)
+		assert.Equal(t, c.f.VA, v.VA(), "KLM accessors of % x", want)
 	}
 }
 
@@ -55,14 +50,10 @@ func TestKSMLayout(t *testing.T) {
 	want := unhex(t, "00000000 00001234 0102030405060708")
 	buf := bytes.Repeat([]byte{0xEE}, klm.KSMSize)
 	klm.KSM(buf).Encode(&f)
-	if !bytes.Equal(buf, want) {
-		t.Fatalf("KSM encodes as % x, want % x (reserved bytes zeroed)", buf, want)
-	}
+	require.Equal(t, want, buf, "KSM encodes (reserved bytes zeroed)")
 	// The reserved word is ignored when decoding.
 	dirty := unhex(t, "deadbeef 00001234 0102030405060708")
-	if got := klm.KSM(dirty).Fields(); got != f {
-		t.Fatalf("KSM % x decodes as %+v, want %+v", dirty, got, f)
-	}
+	require.Equal(t, f, klm.KSM(dirty).Fields(), "KSM % x decodes", dirty)
 }
 
 func TestMTTLayout(t *testing.T) {
@@ -82,16 +73,11 @@ func TestMTTLayout(t *testing.T) {
 	} {
 		buf := make([]byte, klm.MTTSize)
 		klm.MTT(buf).Encode(&c.f)
-		if want := unhex(t, c.hex); !bytes.Equal(buf, want) {
-			t.Errorf("MTT %+v encodes as % x, want % x", c.f, buf, want)
-		}
-		if got := klm.MTT(buf).Fields(); got != c.back {
-			t.Errorf("MTT % x decodes as %+v, want %+v", buf, got, c.back)
-		}
+		assert.Equal(t, unhex(t, c.hex), buf, "MTT %+v encodes", c.f)
+		assert.Equal(t, c.back, klm.MTT(buf).Fields(), "MTT % x decodes", buf)
 	}
-	if klm.MTTRead != 1 || klm.MTTWrite != 2 {
-		t.Fatalf("MTT flags %d %d, want 1 (EN_RD) and 2 (EN_WR)", klm.MTTRead, klm.MTTWrite)
-	}
+	require.EqualValues(t, 1, klm.MTTRead, "MTT flag EN_RD")
+	require.EqualValues(t, 2, klm.MTTWrite, "MTT flag EN_WR")
 }
 
 func TestRepeatLayout(t *testing.T) {
@@ -100,18 +86,12 @@ func TestRepeatLayout(t *testing.T) {
 	wantCtrl := unhex(t, "00 00 02 08  00 00 04 00  00 00 00 08  00 00 00 02")
 	buf := bytes.Repeat([]byte{0xEE}, klm.RepeatCtrlSize)
 	klm.RepeatCtrl(buf).Encode(&ctrl)
-	if !bytes.Equal(buf, wantCtrl) {
-		t.Errorf("ctrl encodes as % x, want % x", buf, wantCtrl)
-	}
-	if got := klm.RepeatCtrl(wantCtrl).Fields(); got != ctrl {
-		t.Errorf("ctrl decodes as %+v, want %+v", got, ctrl)
-	}
+	assert.Equal(t, wantCtrl, buf, "ctrl encodes")
+	assert.Equal(t, ctrl, klm.RepeatCtrl(wantCtrl).Fields(), "ctrl decodes")
 	// Reserved bytes 12-13 are ignored when decoding.
 	dirty := bytes.Clone(wantCtrl)
 	dirty[12], dirty[13] = 0xAB, 0xCD
-	if got := klm.RepeatCtrl(dirty).Fields(); got != ctrl {
-		t.Errorf("ctrl with reserved bytes decodes as %+v, want %+v", got, ctrl)
-	}
+	assert.Equal(t, ctrl, klm.RepeatCtrl(dirty).Fields(), "ctrl with reserved bytes decodes")
 	for _, c := range []struct {
 		f   klm.RepeatEntryFields
 		hex string
@@ -122,12 +102,8 @@ func TestRepeatLayout(t *testing.T) {
 	} {
 		buf := make([]byte, klm.RepeatEntrySize)
 		klm.RepeatEntry(buf).Encode(&c.f)
-		if want := unhex(t, c.hex); !bytes.Equal(buf, want) {
-			t.Errorf("entry %+v encodes as % x, want % x", c.f, buf, want)
-		}
-		if got := klm.RepeatEntry(buf).Fields(); got != c.f {
-			t.Errorf("entry % x decodes as %+v, want %+v", buf, got, c.f)
-		}
+		assert.Equal(t, unhex(t, c.hex), buf, "entry %+v encodes", c.f)
+		assert.Equal(t, c.f, klm.RepeatEntry(buf).Fields(), "entry % x decodes", buf)
 	}
 }
 
@@ -135,9 +111,7 @@ func TestEntrySizes(t *testing.T) {
 	if klm.KLMSize != 16 || klm.KSMSize != 16 || klm.MTTSize != 8 || klm.RepeatCtrlSize != 16 || klm.RepeatEntrySize != 16 || klm.OctowordSize != 16 {
 		t.Fatal("entry sizes differ from mlx5's")
 	}
-	if klm.RepeatBlockOp != 0x400 {
-		t.Fatalf("RepeatBlockOp %#x", klm.RepeatBlockOp)
-	}
+	require.EqualValues(t, 0x400, klm.RepeatBlockOp, "RepeatBlockOp")
 }
 
 // ---------------------------------------------------------------------------
@@ -151,31 +125,24 @@ func TestKey(t *testing.T) {
 	if k := klm.MakeKey(0xFFFFFF, 0xFF); k != 0xFFFFFFFF || k.Index() != 0xFFFFFF {
 		t.Fatalf("MakeKey(max) = %#x", uint32(k))
 	}
-	if klm.Key(0xFF).IsValid() || klm.Key(0).IsValid() {
-		t.Fatal("index 0 is valid")
-	}
-	if s := k.String(); s != "0x00001234" {
-		t.Fatalf("String = %q, want 0x00001234", s)
-	}
+	require.False(t, klm.Key(0xFF).IsValid(), "index 0 is valid")
+	require.False(t, klm.Key(0).IsValid(), "index 0 is valid")
+	require.Equal(t, "0x00001234", k.String(), "String")
 	if klm.ReservedLKey != 0x200 || klm.ReservedLKey.Index() != 2 || klm.ReservedLKey.Variant() != 0 {
 		t.Fatalf("ReservedLKey = %v", klm.ReservedLKey)
 	}
-	if klm.FirstIndex != 8 {
-		t.Fatalf("FirstIndex = %d", klm.FirstIndex)
-	}
+	require.EqualValues(t, 8, klm.FirstIndex, "FirstIndex")
 	for s, want := range map[string]klm.Key{"0x1203": 0x1203, " 4660 ": 4660, "0X00001234": 0x1234, "0xffffffff": 0xFFFFFFFF} {
-		if k, err := klm.ParseKey(s); err != nil || k != want {
-			t.Errorf("ParseKey(%q) = %v, %v; want %v", s, k, err, want)
+		k, err := klm.ParseKey(s)
+		if assert.NoError(t, err, "ParseKey(%q)", s) {
+			assert.Equal(t, want, k, "ParseKey(%q)", s)
 		}
 	}
 	for _, s := range []string{"", "0x100000000", "key", "-1"} {
-		if _, err := klm.ParseKey(s); err == nil {
-			t.Errorf("ParseKey(%q) succeeded", s)
-		}
+		_, err := klm.ParseKey(s)
+		assert.Error(t, err, "ParseKey(%q) succeeded", s)
 	}
-	if klm.MustParseKey("0x200") != klm.ReservedLKey {
-		t.Fatal("MustParseKey")
-	}
+	require.Equal(t, klm.ReservedLKey, klm.MustParseKey("0x200"), "MustParseKey")
 	func() {
 		defer func() {
 			if recover() == nil {
@@ -190,9 +157,7 @@ func TestAccess(t *testing.T) {
 	for i := range 256 {
 		a := klm.Access(i)
 		valid := a&^klm.AccessMask == 0 && (a&(klm.RemoteWrite|klm.Atomic) == 0 || a&klm.LocalWrite != 0)
-		if a.Valid() != valid {
-			t.Errorf("%v.Valid() = %v", a, a.Valid())
-		}
+		assert.Equal(t, valid, a.Valid(), "%v.Valid()", a)
 		var local klm.Access
 		if a&(klm.LocalRead|klm.RemoteRead) != 0 {
 			local |= klm.LocalRead
@@ -200,27 +165,19 @@ func TestAccess(t *testing.T) {
 		if a&(klm.LocalWrite|klm.RemoteWrite|klm.Atomic) != 0 {
 			local |= klm.LocalWrite
 		}
-		if a.Local() != local {
-			t.Errorf("%v.Local() = %v, want %v", a, a.Local(), local)
-		}
-		if a.Remote() != (a&(klm.RemoteRead|klm.RemoteWrite|klm.Atomic) != 0) {
-			t.Errorf("%v.Remote() = %v", a, a.Remote())
-		}
+		assert.Equal(t, local, a.Local(), "%v.Local()", a)
+		assert.Equal(t, a&(klm.RemoteRead|klm.RemoteWrite|klm.Atomic) != 0, a.Remote(), "%v.Remote()", a)
 	}
 	for a, want := range map[klm.Access]string{
 		0: "none", klm.AccessMask: "LR|LW|RR|RW|A", klm.RemoteRead | klm.LocalRead: "LR|RR", 0x85: "LR|0x81",
 	} {
-		if a.String() != want {
-			t.Errorf("Access(%#x).String() = %q, want %q", uint8(a), a.String(), want)
-		}
+		assert.Equal(t, want, a.String(), "Access(%#x).String()", uint8(a))
 	}
 	if klm.LocalRead != 0x04 || klm.LocalWrite != 0x08 || klm.RemoteRead != 0x10 || klm.RemoteWrite != 0x20 || klm.Atomic != 0x40 {
 		t.Fatal("permission bits differ from MLX5_PERM_*")
 	}
 	for m, want := range map[klm.AccessMode]string{klm.ModePA: "PA", klm.ModeMTT: "MTT", klm.ModeKLM: "KLM", klm.ModeKSM: "KSM", 6: "AccessMode(6)"} {
-		if m.String() != want {
-			t.Errorf("mode %d String %q", m, m.String())
-		}
+		assert.Equal(t, want, m.String(), "mode %d String", m)
 	}
 }
 
@@ -233,33 +190,24 @@ func TestCaps(t *testing.T) {
 		t.Fatalf("ConnectX5 = %+v", c)
 	}
 	c.LogMaxKLMListSize = 3
-	if c.MaxListEntries() != 8 {
-		t.Fatalf("MaxListEntries with log 3 = %d", c.MaxListEntries())
-	}
+	require.EqualValues(t, 8, c.MaxListEntries(), "MaxListEntries with log 3")
 }
 
 func TestFaultError(t *testing.T) {
 	f := &klm.Fault{Kind: klm.FaultPD, Key: 0x1234, Depth: 1, Addr: 0x10, Len: 0x20, Need: klm.LocalRead}
 	msg := f.Error()
 	for _, part := range []string{"PD mismatch", "0x00001234", "0x10", "0x20", "LR", "depth 1"} {
-		if !strings.Contains(msg, part) {
-			t.Errorf("%q lacks %q", msg, part)
-		}
+		assert.Contains(t, msg, part)
 	}
 	wrapped := fmt.Errorf("wqe 3: %w", f)
-	if !errors.Is(wrapped, klm.ErrFault) {
-		t.Error("wrapped fault does not match ErrFault")
-	}
+	assert.ErrorIs(t, wrapped, klm.ErrFault, "wrapped fault")
 	var g *klm.Fault
-	if !errors.As(wrapped, &g) || g != f {
-		t.Error("errors.As lost the fault")
+	if assert.ErrorAs(t, wrapped, &g, "errors.As lost the fault") {
+		assert.Same(t, f, g, "errors.As lost the fault")
 	}
-	if errors.Is(klm.ErrUnmappedIO, klm.ErrFault) {
-		t.Error("ErrUnmappedIO matches ErrFault")
-	}
-	if f.Syndrome(false) != 0x04 || f.Syndrome(true) != 0x13 {
-		t.Errorf("syndromes %#x %#x", f.Syndrome(false), f.Syndrome(true))
-	}
+	assert.NotErrorIs(t, klm.ErrUnmappedIO, klm.ErrFault, "ErrUnmappedIO matches ErrFault")
+	assert.EqualValues(t, 0x04, f.Syndrome(false), "syndrome")
+	assert.EqualValues(t, 0x13, f.Syndrome(true), "syndrome (remote)")
 	names := map[klm.FaultKind]string{}
 	for k := klm.FaultInvalid; k <= klm.FaultTranslation; k++ {
 		s := k.String()
@@ -271,9 +219,7 @@ func TestFaultError(t *testing.T) {
 		}
 		names[k] = s
 	}
-	if s := klm.FaultKind(200).String(); s != "FaultKind(200)" {
-		t.Errorf("FaultKind(200) = %q", s)
-	}
+	assert.Equal(t, "FaultKind(200)", klm.FaultKind(200).String())
 }
 
 // ---------------------------------------------------------------------------
@@ -310,17 +256,13 @@ func TestMemoryMap(t *testing.T) {
 		}
 	}
 	assert.ErrorIs(t, m.Map(0x2000, nil), klm.ErrEmptyMap, "Map(nil)")
-	if got := m.Mapped(); got != 0x100+0x10+0x100+0x10+16 {
-		t.Fatalf("Mapped = %#x", got)
-	}
+	require.EqualValues(t, 0x100+0x10+0x100+0x10+16, m.Mapped(), "Mapped")
 	for _, a := range []uint64{0x1080, 0x10FF, 0x2000, 0} {
 		assert.ErrorIs(t, m.Unmap(a), klm.ErrNotMapped, "Unmap(%#x)", a)
 	}
 	require.NoError(t, m.Unmap(0x1000))
 	require.ErrorIs(t, m.Unmap(0x1000), klm.ErrNotMapped, "second Unmap")
-	if got := m.Mapped(); got != 0x10+0x100+0x10+16 {
-		t.Fatalf("Mapped after Unmap = %#x", got)
-	}
+	require.EqualValues(t, 0x10+0x100+0x10+16, m.Mapped(), "Mapped after Unmap")
 	require.NoError(t, m.Map(0x1000, make([]byte, 0x100)), "Map after Unmap")
 }
 
@@ -329,9 +271,7 @@ func TestMemoryLimit(t *testing.T) {
 	m.Limit = 100
 	require.NoError(t, m.Map(0, make([]byte, 60)))
 	require.ErrorIs(t, m.Map(100, make([]byte, 41)), klm.ErrMapLimit, "Map over the limit")
-	if m.Mapped() != 60 {
-		t.Fatalf("a refused Map changed Mapped to %d", m.Mapped())
-	}
+	require.EqualValues(t, 60, m.Mapped(), "a refused Map changed Mapped")
 	require.NoError(t, m.Map(100, make([]byte, 40)), "Map up to the limit")
 	require.ErrorIs(t, m.Map(200, make([]byte, 1)), klm.ErrMapLimit, "Map past a full limit")
 	require.NoError(t, m.Unmap(0))
@@ -353,9 +293,7 @@ func TestMemorySegments(t *testing.T) {
 	}
 	// Writes through a segment reach the caller's buffer: no copies.
 	segs[0][0] = 0x5A
-	if a[0x10] != 0x5A {
-		t.Fatal("a write through the segment is not in the mapped buffer")
-	}
+	require.Equal(t, byte(0x5A), a[0x10], "a write through the segment is not in the mapped buffer")
 	segs, err = s.mem.Segments(newSegs(), 0x10F0, 0x20)
 	if err != nil || len(segs) != 4 || !same(segs[2], a[0xF0:]) || !same(segs[3], b[:0x10]) {
 		t.Fatalf("adjacent regions: %d segments, %v", len(segs), err)
@@ -571,7 +509,7 @@ func TestTableDestroy(t *testing.T) {
 	for _, i := range []uint32{0, 1, 7, 1 << 20, ^uint32(0)} {
 		assert.ErrorIs(t, e.tbl.Destroy(i), klm.ErrIndex, "Destroy(%#x)", i)
 	}
-	assert.ErrorIs(t, e.tbl.Destroy(k.Index() + 1), klm.ErrNoMkey, "Destroy(unused)")
+	assert.ErrorIs(t, e.tbl.Destroy(k.Index()+1), klm.ErrNoMkey, "Destroy(unused)")
 	e.resolve(klm.Request{Key: k, PD: testPD, Addr: 0x1000, Len: 0x10, Access: klm.LocalRead})
 	require.NoError(t, e.tbl.Destroy(k.Index()))
 	if e.tbl.Lookup(k.Index()) != nil {
