@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/hcasim/hcasim/klm"
+
+	"github.com/stretchr/testify/require"
 )
 
 // FuzzResolve: a world (regions, a tree of keys, changes) generated from
@@ -82,101 +84,73 @@ func FuzzEntries(f *testing.F) {
 		// KLM: every byte is a field.
 		kf := klm.KLM(in).Fields()
 		klm.KLM(out).Encode(&kf)
-		if !bytes.Equal(out, in) {
-			t.Fatalf("KLM % x → %+v → % x", in, kf, out)
-		}
-		if kf.ByteCount != be.Uint32(in) || kf.Key != klm.Key(be.Uint32(in[4:])) || kf.VA != be.Uint64(in[8:]) {
-			t.Fatalf("KLM % x decodes as %+v", in, kf)
-		}
-		if v := klm.KLM(in); v.ByteCount() != kf.ByteCount || v.Key() != kf.Key || v.VA() != kf.VA {
-			t.Fatal("KLM accessors differ from Fields")
-		}
+		require.Equal(t, in, out, "KLM → %+v →", kf)
+		require.Equal(t, klm.KLMFields{ByteCount: be.Uint32(in), Key: klm.Key(be.Uint32(in[4:])), VA: be.Uint64(in[8:])}, kf, "KLM % x decodes", in)
+		v := klm.KLM(in)
+		require.Equal(t, kf, klm.KLMFields{ByteCount: v.ByteCount(), Key: v.Key(), VA: v.VA()}, "KLM accessors differ from Fields")
 
 		// KSM: bytes 0-3 are reserved.
 		sf := klm.KSM(in).Fields()
 		klm.KSM(out).Encode(&sf)
 		want := bytes.Clone(in)
 		clear(want[:4])
-		if !bytes.Equal(out, want) {
-			t.Fatalf("KSM % x → %+v → % x", in, sf, out)
-		}
-		if sf.Key != klm.Key(be.Uint32(in[4:])) || sf.VA != be.Uint64(in[8:]) {
-			t.Fatalf("KSM % x decodes as %+v", in, sf)
-		}
+		require.Equal(t, want, out, "KSM % x → %+v →", in, sf)
+		require.Equal(t, klm.KSMFields{Key: klm.Key(be.Uint32(in[4:])), VA: be.Uint64(in[8:])}, sf, "KSM % x decodes", in)
 
 		// MTT: every bit of the first 8 bytes round-trips.
 		mf := klm.MTT(in).Fields()
 		clear(out)
 		klm.MTT(out).Encode(&mf)
-		if !bytes.Equal(out[:8], in[:8]) || !bytes.Equal(out[8:], make([]byte, 8)) {
-			t.Fatalf("MTT % x → %+v → % x", in[:8], mf, out)
-		}
-		v := be.Uint64(in)
-		if mf.Addr != v&^3 || mf.Read != (v&1 != 0) || mf.Write != (v&2 != 0) {
-			t.Fatalf("MTT % x decodes as %+v", in[:8], mf)
-		}
+		require.Equal(t, in[:8], out[:8], "MTT → %+v →", mf)
+		require.Equal(t, make([]byte, 8), out[8:], "MTT % x → %+v: Encode wrote past the entry", in[:8], mf)
+		w := be.Uint64(in)
+		require.Equal(t, klm.MTTFields{Addr: w &^ 3, Read: w&1 != 0, Write: w&2 != 0}, mf, "MTT % x decodes", in[:8])
 
 		// Repeat control: bytes 12-13 are reserved.
 		cf := klm.RepeatCtrl(in).Fields()
 		klm.RepeatCtrl(out).Encode(&cf)
 		want = bytes.Clone(in)
 		clear(want[12:14])
-		if !bytes.Equal(out, want) {
-			t.Fatalf("repeat ctrl % x → %+v → % x", in, cf, out)
-		}
-		if cf.BytesPerCycle != be.Uint32(in) || cf.Op != be.Uint32(in[4:]) || cf.RepeatCount != be.Uint32(in[8:]) || cf.NumEntries != be.Uint16(in[14:]) {
-			t.Fatalf("repeat ctrl % x decodes as %+v", in, cf)
-		}
+		require.Equal(t, want, out, "repeat ctrl % x → %+v →", in, cf)
+		require.Equal(t, klm.RepeatCtrlFields{BytesPerCycle: be.Uint32(in), Op: be.Uint32(in[4:]), RepeatCount: be.Uint32(in[8:]), NumEntries: be.Uint16(in[14:])},
+			cf, "repeat ctrl % x decodes", in)
 
 		// Repeat entry: every byte is a field.
 		ef := klm.RepeatEntry(in).Fields()
 		klm.RepeatEntry(out).Encode(&ef)
-		if !bytes.Equal(out, in) {
-			t.Fatalf("repeat entry % x → %+v → % x", in, ef, out)
-		}
-		if ef.Stride != be.Uint16(in) || ef.ByteCount != be.Uint16(in[2:]) || ef.Key != klm.Key(be.Uint32(in[4:])) || ef.VA != be.Uint64(in[8:]) {
-			t.Fatalf("repeat entry % x decodes as %+v", in, ef)
-		}
+		require.Equal(t, in, out, "repeat entry → %+v →", ef)
+		require.Equal(t, klm.RepeatEntryFields{Stride: be.Uint16(in), ByteCount: be.Uint16(in[2:]), Key: klm.Key(be.Uint32(in[4:])), VA: be.Uint64(in[8:])},
+			ef, "repeat entry % x decodes", in)
 
 		// Fields → bytes → fields, with the fields taken from the input in
 		// another arrangement, in a buffer with neighbours that must stay.
 		buf := bytes.Repeat([]byte{0x5A}, 48)
 		e := buf[16:32]
 		check := func(what string) {
-			if !bytes.Equal(buf[:16], bytes.Repeat([]byte{0x5A}, 16)) || !bytes.Equal(buf[32:], bytes.Repeat([]byte{0x5A}, 16)) {
-				t.Fatalf("%s: Encode wrote outside its entry", what)
-			}
+			require.Equal(t, bytes.Repeat([]byte{0x5A}, 16), buf[:16], "%s: Encode wrote before its entry", what)
+			require.Equal(t, bytes.Repeat([]byte{0x5A}, 16), buf[32:], "%s: Encode wrote after its entry", what)
 		}
 		k2 := klm.KLMFields{ByteCount: be.Uint32(in[12:]), Key: klm.Key(be.Uint32(in[8:])), VA: be.Uint64(in)}
 		klm.KLM(e).Encode(&k2)
-		if klm.KLM(e).Fields() != k2 {
-			t.Fatal("KLM fields round trip")
-		}
+		require.Equal(t, k2, klm.KLM(e).Fields(), "KLM fields round trip")
 		check("KLM")
 		s2 := klm.KSMFields{Key: klm.Key(be.Uint32(in[12:])), VA: be.Uint64(in)}
 		klm.KSM(e).Encode(&s2)
-		if klm.KSM(e).Fields() != s2 {
-			t.Fatal("KSM fields round trip")
-		}
+		require.Equal(t, s2, klm.KSM(e).Fields(), "KSM fields round trip")
 		check("KSM")
 		m2 := klm.MTTFields{Addr: be.Uint64(in[8:]), Read: in[0]&1 != 0, Write: in[0]&2 != 0}
 		klm.MTT(e).Encode(&m2)
 		m2.Addr &^= 3
-		if klm.MTT(e).Fields() != m2 {
-			t.Fatal("MTT fields round trip")
-		}
+		require.Equal(t, m2, klm.MTT(e).Fields(), "MTT fields round trip")
 		check("MTT")
 		c2 := klm.RepeatCtrlFields{BytesPerCycle: be.Uint32(in[12:]), Op: be.Uint32(in[8:]), RepeatCount: be.Uint32(in[4:]), NumEntries: be.Uint16(in)}
 		klm.RepeatCtrl(e).Encode(&c2)
-		if klm.RepeatCtrl(e).Fields() != c2 || e[12] != 0 || e[13] != 0 {
-			t.Fatal("repeat ctrl fields round trip")
-		}
+		require.Equal(t, c2, klm.RepeatCtrl(e).Fields(), "repeat ctrl fields round trip")
+		require.Equal(t, []byte{0, 0}, e[12:14], "repeat ctrl reserved bytes after a round trip")
 		check("repeat ctrl")
 		r2 := klm.RepeatEntryFields{Stride: be.Uint16(in[14:]), ByteCount: be.Uint16(in[12:]), Key: klm.Key(be.Uint32(in[8:])), VA: be.Uint64(in)}
 		klm.RepeatEntry(e).Encode(&r2)
-		if klm.RepeatEntry(e).Fields() != r2 {
-			t.Fatal("repeat entry fields round trip")
-		}
+		require.Equal(t, r2, klm.RepeatEntry(e).Fields(), "repeat entry fields round trip")
 		check("repeat entry")
 	})
 }

@@ -19,9 +19,8 @@ func TestCloneSharesNoMutableState(t *testing.T) {
 	c := m.Clone()
 	c.XLT[0] = 9
 	c.BSF[0] = 9
-	if m.XLT[0] != 1 || m.BSF[0] != 0 {
-		t.Fatalf("writing the clone's XLT/BSF changed the original (XLT[0]=%d BSF[0]=%d)", m.XLT[0], m.BSF[0])
-	}
+	require.EqualValues(t, 1, m.XLT[0], "writing the clone's XLT changed the original")
+	require.EqualValues(t, 0, m.BSF[0], "writing the clone's BSF changed the original")
 }
 
 // TestUpdateEditingCloneInPlace: an Update whose build edits the clone's
@@ -119,13 +118,8 @@ func TestNewTableLargeMaxMkeys(t *testing.T) {
 	tbl := klm.NewTable(klm.Caps{MaxMkeys: ^uint32(0), LogMaxKLMListSize: 4, MaxIndirection: 1, MinLogPageSize: 12, MaxLogPageSize: 12}, klm.NewMemory())
 	k, err := tbl.Create(paMkey(0, 1))
 	require.NoError(t, err)
-	if tbl.Lookup(k.Index()) == nil {
-		t.Fatalf("key %v not found", k)
-	}
-	if c := tbl.Caps(); c.MaxMkeys > klm.MaxIndex+1 {
-		t.Fatalf("MaxMkeys %#x above the 24-bit index space", c.MaxMkeys)
-	}
-	if tbl.Lookup(klm.MaxIndex+1) != nil || tbl.Lookup(^uint32(0)) != nil {
-		t.Fatal("Lookup past the index space")
-	}
+	require.NotNil(t, tbl.Lookup(k.Index()), "key %v not found", k)
+	require.LessOrEqual(t, tbl.Caps().MaxMkeys, uint32(klm.MaxIndex+1), "MaxMkeys above the 24-bit index space")
+	require.Nil(t, tbl.Lookup(klm.MaxIndex+1), "Lookup past the index space")
+	require.Nil(t, tbl.Lookup(^uint32(0)), "Lookup past the index space")
 }
