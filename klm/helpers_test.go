@@ -2,7 +2,6 @@ package klm_test
 
 import (
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -10,6 +9,8 @@ import (
 	"unsafe"
 
 	"github.com/hcasim/hcasim/klm"
+
+	"github.com/stretchr/testify/require"
 )
 
 // Helpers shared by the tests, the property tests, the fuzz targets and
@@ -238,9 +239,7 @@ func newTbench(tb testing.TB, c klm.Caps) *tbench {
 func (e *tbench) create(m klm.Mkey) klm.Key {
 	e.tb.Helper()
 	k, err := e.tbl.Create(m)
-	if err != nil {
-		e.tb.Fatalf("create %v mkey: %v", m.Mode, err)
-	}
+	require.NoError(e.tb, err, "create %v mkey", m.Mode)
 	return k
 }
 
@@ -255,13 +254,10 @@ func newSegs() [][]byte {
 
 func checkSentinel(tb testing.TB, segs [][]byte) {
 	tb.Helper()
-	if len(segs) < len(sentinel) {
-		tb.Fatalf("segs shrank to %d", len(segs))
-	}
+	require.GreaterOrEqual(tb, len(segs), len(sentinel), "segs shrank")
 	for i := range sentinel {
-		if unsafe.SliceData(segs[i]) != unsafe.SliceData(sentinel[i]) || len(segs[i]) != len(sentinel[i]) {
-			tb.Fatalf("segs[%d] changed", i)
-		}
+		require.True(tb, unsafe.SliceData(segs[i]) == unsafe.SliceData(sentinel[i]), "segs[%d] changed", i)
+		require.Len(tb, segs[i], len(sentinel[i]), "segs[%d] changed", i)
 	}
 }
 
@@ -269,17 +265,13 @@ func checkSentinel(tb testing.TB, segs [][]byte) {
 func (e *tbench) resolve(r klm.Request) []run {
 	e.tb.Helper()
 	segs, err := e.tbl.Resolve(newSegs(), r)
-	if err != nil {
-		e.tb.Fatalf("resolve %+v: %v", r, err)
-	}
+	require.NoError(e.tb, err, "resolve %+v", r)
 	checkSentinel(e.tb, segs)
 	var total uint64
 	for _, s := range segs[len(sentinel):] {
 		total += uint64(len(s))
 	}
-	if total != r.Len {
-		e.tb.Fatalf("resolve %+v: segments total %d bytes", r, total)
-	}
+	require.Equal(e.tb, r.Len, total, "resolve %+v: segments total", r)
 	return e.runs(segs[len(sentinel):])
 }
 
@@ -289,19 +281,13 @@ func (e *tbench) fault(r klm.Request) *klm.Fault {
 	e.tb.Helper()
 	segs, err := e.tbl.Resolve(newSegs(), r)
 	if err == nil {
-		e.tb.Fatalf("resolve %+v: no fault, runs %v", r, e.runs(segs[len(sentinel):]))
+		require.Fail(e.tb, "no fault", "resolve %+v: runs %v", r, e.runs(segs[len(sentinel):]))
 	}
-	if len(segs) != len(sentinel) {
-		e.tb.Fatalf("resolve %+v faulted (%v) with %d segments, want %d", r, err, len(segs), len(sentinel))
-	}
+	require.Len(e.tb, segs, len(sentinel), "resolve %+v faulted (%v) with segments", r, err)
 	checkSentinel(e.tb, segs)
 	var f *klm.Fault
-	if !errors.As(err, &f) {
-		e.tb.Fatalf("resolve %+v: error %v (%T) is not a *Fault", r, err, err)
-	}
-	if !errors.Is(err, klm.ErrFault) {
-		e.tb.Fatalf("resolve %+v: error %v does not match ErrFault", r, err)
-	}
+	require.ErrorAs(e.tb, err, &f, "resolve %+v", r)
+	require.ErrorIs(e.tb, err, klm.ErrFault, "resolve %+v", r)
 	return f
 }
 
@@ -309,9 +295,9 @@ func (e *tbench) fault(r klm.Request) *klm.Fault {
 func (e *tbench) wantFault(r klm.Request, kind klm.FaultKind, key klm.Key, depth int) *klm.Fault {
 	e.tb.Helper()
 	f := e.fault(r)
-	if f.Kind != kind || f.Key != key || f.Depth != depth {
-		e.tb.Fatalf("resolve %+v: fault %v (kind %d key %v depth %d), want kind %v key %v depth %d", r, f, f.Kind, f.Key, f.Depth, kind, key, depth)
-	}
+	require.Equal(e.tb, kind, f.Kind, "resolve %+v: fault %v", r, f)
+	require.Equal(e.tb, key, f.Key, "resolve %+v: fault %v", r, f)
+	require.Equal(e.tb, depth, f.Depth, "resolve %+v: fault %v", r, f)
 	return f
 }
 
