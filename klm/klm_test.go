@@ -322,9 +322,7 @@ func TestMemorySegments(t *testing.T) {
 	} {
 		got, err := s.mem.Segments(newSegs(), r.iova, r.n)
 		assert.ErrorIs(t, err, klm.ErrUnmappedIO, "Segments(%#x, %#x)", r.iova, r.n)
-		if len(got) != len(sentinel) {
-			t.Errorf("Segments(%#x, %#x) failed with %d segments", r.iova, r.n, len(got))
-		}
+		assert.Len(t, got, len(sentinel), "Segments(%#x, %#x) failed with segments", r.iova, r.n)
 		checkSentinel(t, got)
 	}
 	// Zero bytes are always fine, mapped or not.
@@ -336,13 +334,10 @@ func TestMemorySegments(t *testing.T) {
 	// After Unmap the range faults; slices handed out stay usable.
 	old, _ := s.mem.Segments(nil, 0x1100, 0x80)
 	s.unmap(0x1100)
-	if _, err := s.mem.Segments(nil, 0x10F0, 0x20); !errors.Is(err, klm.ErrUnmappedIO) {
-		t.Fatalf("after Unmap: %v", err)
-	}
+	_, err = s.mem.Segments(nil, 0x10F0, 0x20)
+	require.ErrorIs(t, err, klm.ErrUnmappedIO, "after Unmap")
 	old[0][0] = 1
-	if b[0] != 1 {
-		t.Fatal("old slice no longer aliases the buffer")
-	}
+	require.Equal(t, byte(1), b[0], "old slice no longer aliases the buffer")
 }
 
 // ---------------------------------------------------------------------------
@@ -359,9 +354,7 @@ func TestTableCreateLookup(t *testing.T) {
 			t.Fatalf("key %v: index below FirstIndex or reused", k)
 		}
 		seen[k.Index()] = true
-		if k.Variant() != m.Variant {
-			t.Fatalf("key %v: variant %#x, want %#x", k, k.Variant(), m.Variant)
-		}
+		require.Equal(t, m.Variant, k.Variant(), "key %v: variant", k)
 		got := e.tbl.Lookup(k.Index())
 		if got == nil || got.Variant != m.Variant || got.StartAddr != 0x1000 || got.Mode != klm.ModePA || got.PD != testPD {
 			t.Fatalf("Lookup(%#x) = %+v", k.Index(), got)
@@ -372,9 +365,7 @@ func TestTableCreateLookup(t *testing.T) {
 		t.Fatalf("Lookup(2) = %+v, want the reserved lkey", r)
 	}
 	for _, i := range []uint32{0, 1, 3, 4, 5, 6, 7, 1 << 20, 1<<24 - 1, ^uint32(0)} {
-		if m := e.tbl.Lookup(i); m != nil {
-			t.Errorf("Lookup(%#x) = %+v", i, m)
-		}
+		assert.Nil(t, e.tbl.Lookup(i), "Lookup(%#x)", i)
 	}
 	if e.tbl.Caps() != klm.ConnectX5 || e.tbl.Memory() != e.mem {
 		t.Fatal("Caps or Memory")
@@ -458,17 +449,13 @@ func TestTableFull(t *testing.T) {
 	for range 4 {
 		keys = append(keys, e.create(paMkey(0, 1)))
 	}
-	if _, err := e.tbl.Create(paMkey(0, 1)); !errors.Is(err, klm.ErrTableFull) {
-		t.Fatalf("Create on a full table = %v", err)
-	}
+	_, err := e.tbl.Create(paMkey(0, 1))
+	require.ErrorIs(t, err, klm.ErrTableFull, "Create on a full table")
 	require.NoError(t, e.tbl.Destroy(keys[1].Index()))
 	k := e.create(paMkey(0, 1))
-	if k.Index() != keys[1].Index() {
-		t.Fatalf("Create after Destroy got index %#x, want the freed %#x", k.Index(), keys[1].Index())
-	}
-	if _, err := e.tbl.Create(paMkey(0, 1)); !errors.Is(err, klm.ErrTableFull) {
-		t.Fatalf("Create on a full table = %v", err)
-	}
+	require.Equal(t, keys[1].Index(), k.Index(), "Create after Destroy: want the freed index")
+	_, err = e.tbl.Create(paMkey(0, 1))
+	require.ErrorIs(t, err, klm.ErrTableFull, "Create on a full table")
 	// Allocation goes upwards from the last index given and wraps around.
 	w := newTbench(t, caps)
 	idx := func() uint32 { return w.create(paMkey(0, 1)).Index() }
@@ -477,29 +464,20 @@ func TestTableFull(t *testing.T) {
 		require.NoError(t, w.tbl.Destroy(i))
 	}
 	for _, want := range []uint32{8, 9, 10} {
-		if got := idx(); got != want {
-			t.Fatalf("index %d, want %d", got, want)
-		}
+		require.Equal(t, want, idx(), "index")
 	}
 	destroy(9)
-	if got := idx(); got != 11 {
-		t.Fatalf("index %d after freeing 9, want 11 (upwards first)", got)
-	}
-	if got := idx(); got != 9 {
-		t.Fatalf("index %d, want 9 (wrapped)", got)
-	}
+	require.EqualValues(t, 11, idx(), "index after freeing 9 (upwards first)")
+	require.EqualValues(t, 9, idx(), "index (wrapped)")
 	destroy(8)
-	if got := idx(); got != 8 {
-		t.Fatalf("index %d, want 8 (searched past 10 and 11, wrapped)", got)
-	}
+	require.EqualValues(t, 8, idx(), "index (searched past 10 and 11, wrapped)")
 	// A table smaller than the reserved indices still holds one key.
 	small := newTbench(t, klm.Caps{MaxMkeys: 1, MinLogPageSize: 12, MaxLogPageSize: 12, MaxIndirection: 1, LogMaxKLMListSize: 1})
 	if k := small.create(paMkey(0, 1)); k.Index() != klm.FirstIndex {
 		t.Fatalf("small table key %v", k)
 	}
-	if _, err := small.tbl.Create(paMkey(0, 1)); !errors.Is(err, klm.ErrTableFull) {
-		t.Fatalf("second key in a small table: %v", err)
-	}
+	_, err = small.tbl.Create(paMkey(0, 1))
+	require.ErrorIs(t, err, klm.ErrTableFull, "second key in a small table")
 }
 
 func TestTableDestroy(t *testing.T) {
