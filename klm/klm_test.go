@@ -544,12 +544,8 @@ func TestTableUpdate(t *testing.T) {
 			c.edit(n)
 			return n, nil
 		})
-		if !errors.Is(err, c.want) {
-			t.Errorf("Update (%s) = %v, want %v", name, err, c.want)
-		}
-		if e.tbl.Lookup(k.Index()) != published {
-			t.Fatalf("a failed Update (%s) changed the table", name)
-		}
+		assert.ErrorIs(t, err, c.want, "Update (%s)", name)
+		require.Same(t, published, e.tbl.Lookup(k.Index()), "a failed Update (%s) changed the table", name)
 		wantRuns(t, e.resolve(req), []run{{0x1800, 0x100}})
 	}
 	for _, i := range []uint32{0, 1, 7, 1 << 20} {
@@ -605,9 +601,7 @@ func TestResolvePA(t *testing.T) {
 	segs, err := e.tbl.Resolve(nil, r)
 	require.NoError(t, err)
 	copy(segs[0], "written")
-	if string(a[0x800:0x807]) != "written" {
-		t.Fatal("a write through a resolved segment is not in the buffer")
-	}
+	require.Equal(t, "written", string(a[0x800:0x807]), "a write through a resolved segment is not in the buffer")
 	// The reserved lkey is PA over all of memory, in any PD, local only.
 	for _, pd := range []uint32{0, testPD, 0xFFFFFF} {
 		wantRuns(t, e.resolve(klm.Request{Key: klm.ReservedLKey, PD: pd, Addr: 0x20010, Len: 0x20, Access: klm.LocalRead | klm.LocalWrite}), []run{{0x20010, 0x20}})
@@ -646,9 +640,7 @@ func TestResolveMTT(t *testing.T) {
 	// Page 3 is read only.
 	wantRuns(t, e.resolve(req(0x2800, 0x1000, klm.LocalRead|klm.RemoteRead)), []run{{0x50000, 0x1000}})
 	f := e.wantFault(req(0x2000, 0x1000, klm.LocalWrite), klm.FaultAccess, k, 0)
-	if f.Need != klm.LocalWrite {
-		t.Errorf("fault need %v", f.Need)
-	}
+	assert.Equal(t, klm.LocalWrite, f.Need, "fault need")
 	e.wantFault(req(0x2800, 0x1000, klm.RemoteWrite), klm.FaultAccess, k, 0)
 	e.wantFault(req(0x2800, 1, klm.Atomic), klm.FaultAccess, k, 0)
 	e.wantFault(req(0x2800, 0x1000, klm.LocalRead|klm.LocalWrite), klm.FaultAccess, k, 0)
@@ -748,12 +740,9 @@ func TestResolveKLM(t *testing.T) {
 	wantRuns(t, e.resolve(or(klm.LocalRead)), []run{{0x10000, 0x100}})
 	for _, need := range []klm.Access{klm.RemoteWrite, klm.Atomic, klm.LocalWrite, klm.RemoteRead | klm.RemoteWrite} {
 		f := e.wantFault(or(need), klm.FaultAccess, lr, 1)
-		if f.Need != need.Local() {
-			t.Errorf("inner fault for %v needs %v, want %v", need, f.Need, need.Local())
-		}
-		if f.Addr != 0x10000 || f.Len != 0x100 {
-			t.Errorf("inner fault at %#x+%#x, want the inner key's range 0x10000+0x100", f.Addr, f.Len)
-		}
+		assert.Equal(t, need.Local(), f.Need, "inner fault for %v needs", need)
+		assert.EqualValues(t, 0x10000, f.Addr, "inner fault address, want the inner key's range")
+		assert.EqualValues(t, 0x100, f.Len, "inner fault length, want the inner key's range")
 	}
 	other := paMkey(0x10000, 0x1000)
 	other.PD = testPD + 1
@@ -903,26 +892,20 @@ func TestWorkedExampleStrided(t *testing.T) {
 			klm.KLMFields{ByteCount: 64, Key: klm.ReservedLKey, VA: 0x20000}),
 	}
 	piKey := e.create(pimr)
-	if piKey != 0x00001234 {
-		t.Fatalf("PI MR key %v, want 0x00001234", piKey)
-	}
+	require.Equal(t, klm.Key(0x00001234), piKey, "PI MR key")
 	xlt := sigXLT(8, piKey, 0, piKey, 4096)
 	golden := unhex(t, `
 		00 00 02 08  00 00 04 00  00 00 00 08  00 00 00 02
 		02 00 02 00  00 00 12 34  00 00 00 00 00 00 00 00
 		00 08 00 08  00 00 12 34  00 00 00 00 00 00 10 00`)
-	if !bytes.Equal(xlt, golden) {
-		t.Fatalf("signature translation\n% x\nwant\n% x", xlt, golden)
-	}
+	require.Equal(t, golden, xlt, "signature translation")
 	sig := sigMkey(4096+64, xlt)
 	require.True(t, bytes.Equal(sig.XLT[48:], make([]byte, 16)), "pad is not zero")
 	sigKey := e.create(sig)
 
 	segs, err := e.tbl.Resolve(make([][]byte, 0, 16), klm.Request{Key: sigKey, PD: testPD, Len: 4160, Access: klm.LocalRead})
 	require.NoError(t, err)
-	if len(segs) != 16 {
-		t.Fatalf("%d segments, want 16 (data block, PI, ...)", len(segs))
-	}
+	require.Len(t, segs, 16, "segments (data block, PI, ...)")
 	for i := range 8 {
 		d, p := segs[2*i], segs[2*i+1]
 		if unsafe.SliceData(d) != &data[512*i] || len(d) != 512 {
@@ -1167,9 +1150,7 @@ func TestFaultKinds(t *testing.T) {
 		if f.Need != c.r.Access && c.depth == 0 {
 			t.Errorf("%s: fault need %v, want %v", c.name, f.Need, c.r.Access)
 		}
-		if !strings.Contains(f.Error(), c.kind.String()) {
-			t.Errorf("%s: %q lacks the kind", c.name, f.Error())
-		}
+		assert.Contains(t, f.Error(), c.kind.String(), "%s: the error lacks the kind", c.name)
 	}
 	// Exactly MaxIndirection indirect keys are fine.
 	wantRuns(t, e.resolve(klm.Request{Key: chain[3], PD: testPD, Len: 0x100, Access: lr}), []run{{0x10000, 0x100}})
@@ -1225,9 +1206,7 @@ func TestZeroLength(t *testing.T) {
 		z(klm.ReservedLKey, 0, 0x999, klm.LocalWrite),
 		z(lok, testPD, 0x10, klm.LocalRead),
 	} {
-		if segs := e.resolve(r); len(segs) != 0 {
-			t.Errorf("zero-length %+v gave segments %v", r, segs)
-		}
+		assert.Empty(t, e.resolve(r), "zero-length %+v gave segments", r)
 	}
 	// The key is still checked.
 	e.wantFault(z(klm.MakeKey(0x999, 0), testPD, 0, klm.LocalRead), klm.FaultBadIndex, klm.MakeKey(0x999, 0), 0)
@@ -1301,9 +1280,7 @@ func TestResolveDoesNotAllocate(t *testing.T) {
 			_, err = e.tbl.Resolve(segs[:0], r)
 		})
 		require.NoError(t, err, "%s", name)
-		if allocs != 0 {
-			t.Errorf("%s: %v allocations per Resolve", name, allocs)
-		}
+		assert.Zero(t, allocs, "%s: allocations per Resolve", name)
 	}
 }
 
