@@ -633,7 +633,8 @@ static int post_one(struct hc_qp *qp, struct ibv_send_wr *wr)
 	}
 	if (op == IBV_WR_LOCAL_INV) {
 		n += local_inv_segs(qp->scratch + n);
-	} else if ((wr->send_flags & IBV_SEND_INLINE) && op != IBV_WR_RDMA_READ && !atomic) {
+	} else if ((wr->send_flags & IBV_SEND_INLINE) && wr->num_sge && op != IBV_WR_RDMA_READ && !atomic) {
+		/* rdma-core writes an inline segment only for a WR with SGEs. */
 		void *addrs[64];
 		size_t lens[64];
 		if (wr->num_sge < 0 || wr->num_sge > 64)
@@ -650,7 +651,8 @@ static int post_one(struct hc_qp *qp, struct ibv_send_wr *wr)
 		if (wr->num_sge < 0 || (uint32_t)wr->num_sge > qp->cap.max_send_sge || (atomic && wr->num_sge != 1))
 			return EINVAL;
 		for (int i = 0; i < wr->num_sge; i++)
-			n += put_data(qp->scratch + n, wr->sg_list[i].length, wr->sg_list[i].lkey, wr->sg_list[i].addr);
+			if (wr->sg_list[i].length) /* as rdma-core: no segment for an SGE of length 0 */
+				n += put_data(qp->scratch + n, wr->sg_list[i].length, wr->sg_list[i].lkey, wr->sg_list[i].addr);
 	}
 	int local = op == IBV_WR_LOCAL_INV;
 	put_ctrl(qp, send_ops[op].op, n, get_fence(qp, local, wr->send_flags & IBV_SEND_FENCE),
@@ -987,7 +989,8 @@ static void x_sge_list(struct ibv_qp_ex *x, size_t n, const struct ibv_sge *sg)
 		return;
 	}
 	for (size_t i = 0; i < n; i++)
-		qp->wr_len += put_data(qp->scratch + qp->wr_len, sg[i].length, sg[i].lkey, sg[i].addr);
+		if (sg[i].length) /* as rdma-core's set_sge(_list): none for length 0 */
+			qp->wr_len += put_data(qp->scratch + qp->wr_len, sg[i].length, sg[i].lkey, sg[i].addr);
 	wr_close(qp);
 }
 

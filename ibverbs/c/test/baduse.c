@@ -199,6 +199,10 @@ static void registration(void)
 
 	/* Bad keys: error completions, then flushes. */
 	struct ibv_mr *m = ibv_reg_mr(pd, heap, 4096, rw);
+	/* An SGE of length 0 gets no data segment (as rdma-core writes
+	 * none): its key is never looked at. */
+	st = write_wait(&a, m->lkey + 0x100, heap, 0, m->rkey, heap + 2048);
+	CHECK("zero-length SGE skipped", st == IBV_WC_SUCCESS, "status %d", st);
 	st = write_wait(&a, m->lkey + 0x100, heap, 16, m->rkey, heap + 2048);
 	CHECK("bad lkey: LOC_PROT_ERR", st == IBV_WC_LOC_PROT_ERR, "status %d", st);
 	st = write_wait(&a, m->lkey, heap, 16, m->rkey, heap + 2048);
