@@ -1191,16 +1191,14 @@ func TestSPDKEscapes(t *testing.T) {
 			exp = d
 			exp.AppTag = 0x22
 			e := wantErrType(t, Verify(exp, CheckAll, buf), ErrorAppTag, 0)
-			if e.Expected != 0x22 || e.Actual != 0xFFFF {
-				t.Errorf("type 3 app error %+v", *e)
-			}
+			assert.EqualValues(t, 0x22, e.Expected, "type 3 app error %+v", *e)
+			assert.EqualValues(t, 0xFFFF, e.Actual, "type 3 app error %+v", *e)
 			// The ref of a Type 3 domain is constant and compared.
 			exp = d
 			exp.RefTag = 0x1235
 			e = wantErrType(t, Verify(exp, CheckAll, buf), ErrorRefTag, 0)
-			if e.Expected != 0x1235 || e.Actual != 0x1234 {
-				t.Errorf("type 3 ref error %+v", *e)
-			}
+			assert.EqualValues(t, 0x1235, e.Expected, "type 3 ref error %+v", *e)
+			assert.EqualValues(t, 0x1234, e.Actual, "type 3 ref error %+v", *e)
 			// Type 3, app 0xFFFF and ref all ones of the format width: escaped.
 			d.RefTag = all
 			buf = mustGenerate(t, d, data)
@@ -1281,13 +1279,10 @@ func TestSPDKDifferentFormats(t *testing.T) {
 				RefTag: 22, AppTag: 0x22, AppTagMask: 0xFFFF}
 			err := Verify(v, tc.check, buf)
 			e := wantErrType(t, err, tc.typ, 0)
-			if e.Expected != tc.exp || e.Actual != tc.act {
-				t.Errorf("error %+v, want expected %#x actual %#x", *e, tc.exp, tc.act)
-			}
+			assert.EqualValues(t, tc.exp, e.Expected, "error %+v", *e)
+			assert.EqualValues(t, tc.act, e.Actual, "error %+v", *e)
 			c := Config{In: v, Check: tc.check, Discard: true}
-			if msg := sameErr(err, modelApply(&c, buf).err); msg != "" {
-				t.Errorf("model: %s", msg)
-			}
+			assert.Empty(t, sameErr(err, modelApply(&c, buf).err), "model")
 		})
 	}
 }
@@ -1300,9 +1295,8 @@ func TestSPDKAppTagMask(t *testing.T) {
 		v := d
 		v.AppTag = 0x1256
 		e := wantErrType(t, Verify(v, CheckAll, buf), ErrorAppTag, 0)
-		if e.Expected != 0x1256 || e.Actual != 0x1234 {
-			t.Errorf("%v: %+v", f, *e)
-		}
+		assert.EqualValues(t, 0x1256, e.Expected, "%v: %+v", f, *e)
+		assert.EqualValues(t, 0x1234, e.Actual, "%v: %+v", f, *e)
 		v.AppTagMask = 0xFF00
 		assert.NoError(t, Verify(v, CheckAll, buf), "%v mask 0xff00", f)
 		v.AppTagMask = 0x00FF
@@ -1322,9 +1316,8 @@ func TestSPDKAppTagMask(t *testing.T) {
 	v.AppTag = 0x1256
 	assert.NoError(t, Verify(v, CheckGuard|0x20|CheckRefTag, buf), "high app byte only")
 	e := wantErrType(t, Verify(v, 0x10, buf), ErrorAppTag, 0)
-	if e.Expected != 0x1256 || e.Actual != 0x1234 {
-		t.Errorf("low app byte: %+v", *e)
-	}
+	assert.EqualValues(t, 0x1256, e.Expected, "low app byte: %+v", *e)
+	assert.EqualValues(t, 0x1234, e.Actual, "low app byte: %+v", *e)
 	v.AppTag = 0x9934
 	assert.NoError(t, Verify(v, 0x10, buf), "low app byte matches")
 	wantErrType(t, Verify(v, 0x20, buf), ErrorAppTag, 0)
@@ -1477,9 +1470,7 @@ func TestParamValidation(t *testing.T) {
 			// Apply on an empty input reports the same parameter error.
 			n, err := Apply(&c.cfg, Buf{}, Buf{})
 			checkErr(t, "Apply", err, c.want)
-			if n != 0 {
-				t.Errorf("Apply wrote %d bytes", n)
-			}
+			assert.Zero(t, n, "Apply wrote bytes")
 			// Domain.Validate agrees for single-domain errors.
 			for _, d := range []Domain{c.cfg.In, c.cfg.Out} {
 				if err := d.Validate(); err != nil && c.want == nil {
@@ -1550,9 +1541,7 @@ func TestSPDKGuardSeed(t *testing.T) {
 	} {
 		s := mkSide(tc.d)
 		buf := mustGenerate(t, tc.d, zero)
-		if g := getBE(buf.Data[512 : 512+s.gl]); g != tc.zeroG {
-			t.Errorf("%v seed 0: guard %#x, want %#x", tc.d.Guard, g, tc.zeroG)
-		}
+		assert.Equal(t, tc.zeroG, getBE(buf.Data[512:512+s.gl]), "%v seed 0: guard", tc.d.Guard)
 		assert.NoError(t, Verify(tc.d, CheckAll, buf), "%v seed 0", tc.d.Guard)
 		seeded := tc.d
 		seeded.Seed = 0xCD
@@ -1562,9 +1551,8 @@ func TestSPDKGuardSeed(t *testing.T) {
 		}
 		assert.NoError(t, Verify(seeded, CheckAll, sbuf), "%v seed 0xcd", tc.d.Guard)
 		e := wantErrType(t, Verify(tc.d, CheckAll, sbuf), ErrorGuard, 0)
-		if e.Expected != tc.zeroG || e.Actual != getBE(sbuf.Data[512:512+s.gl]) {
-			t.Errorf("%v seed mismatch: %+v", tc.d.Guard, *e)
-		}
+		assert.EqualValues(t, tc.zeroG, e.Expected, "%v seed mismatch: %+v", tc.d.Guard, *e)
+		assert.EqualValues(t, getBE(sbuf.Data[512:512+s.gl]), e.Actual, "%v seed mismatch: %+v", tc.d.Guard, *e)
 	}
 }
 
@@ -1591,14 +1579,10 @@ func TestSPDKGuardValues(t *testing.T) {
 	} {
 		d16 := Domain{Format: FormatPI16, Type: Type1, Interval: 4096, RefTag: 5}
 		buf := mustGenerate(t, d16, tc.data)
-		if g := binary.BigEndian.Uint64(buf.Data[4096:]); g != tc.crc64 {
-			t.Errorf("%s: pi16 guard %#x, want %#x", tc.name, g, tc.crc64)
-		}
+		assert.Equal(t, tc.crc64, binary.BigEndian.Uint64(buf.Data[4096:]), "%s: pi16 guard", tc.name)
 		d8 := Domain{Format: FormatPI8, Type: Type1, Interval: 4096, RefTag: 5}
 		buf = mustGenerate(t, d8, tc.data)
-		if g := binary.BigEndian.Uint16(buf.Data[4096:]); g != tc.crc16 {
-			t.Errorf("%s: pi8 guard %#x, want %#x", tc.name, g, tc.crc16)
-		}
+		assert.Equal(t, tc.crc16, binary.BigEndian.Uint16(buf.Data[4096:]), "%s: pi8 guard", tc.name)
 		// Hand-built tuples verify.
 		hand := append(append([]byte{}, tc.data...), binary.BigEndian.AppendUint64(nil, tc.crc64)...)
 		hand = append(hand, 0x00, 0x07, 0, 0, 0, 0, 0, 5)
@@ -1633,18 +1617,15 @@ func TestRefTagWrap(t *testing.T) {
 		s := mkSide(d)
 		for i, w := range tc.want {
 			tup := buf.Data[i*s.unit()+8:][:s.tuple]
-			if got := getBE(tup[s.gl+2:]); got != w {
-				t.Errorf("%v ref %#x %v/%d block %d: ref %#x, want %#x", tc.f, tc.ref, tc.typ, tc.mode, i, got, w)
-			}
+			assert.Equal(t, w, getBE(tup[s.gl+2:]), "%v ref %#x %v/%d block %d: ref", tc.f, tc.ref, tc.typ, tc.mode, i)
 		}
 		assert.NoError(t, Verify(d, CheckAll, buf), "%v ref %#x", tc.f, tc.ref)
 		// Block 2's expected ref, shown in an error.
 		bad := cloneBuf(buf)
 		bad.Data[2*s.unit()+8+s.tuple-1] ^= 1
 		e := wantErrType(t, Verify(d, CheckAll, bad), ErrorRefTag, 2)
-		if e.Expected != tc.want[2] || e.Actual != tc.want[2]^1 {
-			t.Errorf("%v ref %#x: %+v", tc.f, tc.ref, *e)
-		}
+		assert.EqualValues(t, tc.want[2], e.Expected, "%v ref %#x: %+v", tc.f, tc.ref, *e)
+		assert.EqualValues(t, tc.want[2]^1, e.Actual, "%v ref %#x: %+v", tc.f, tc.ref, *e)
 	}
 }
 
@@ -1686,9 +1667,8 @@ func TestErrorPriorityAndOrder(t *testing.T) {
 			putBE(tup(b, 1)[s.gl:s.gl+2], 0xFFFF)
 			tup(b, 1)[0] ^= 0xFF
 			e := wantErrType(t, Verify(d, tc.check, b), tc.want, 2)
-			if e.Offset != 1024 || e.ProtectedOffset != 2*uint64(s.unit()) {
-				t.Errorf("%v %s: offsets %d/%d", f, tc.name, e.Offset, e.ProtectedOffset)
-			}
+			assert.EqualValues(t, 1024, e.Offset, "%v %s: offset", f, tc.name)
+			assert.Equal(t, 2*uint64(s.unit()), e.ProtectedOffset, "%v %s: protected offset", f, tc.name)
 		}
 	}
 }
@@ -1766,9 +1746,7 @@ func TestSPDKInjection(t *testing.T) {
 
 func checkInjected(t *testing.T, name string, d Domain, b Buf, data []byte, want *Error, dataHit bool, blk int) {
 	t.Helper()
-	if msg := sameErr(Verify(d, CheckAll, b), want); msg != "" {
-		t.Fatalf("%s: verify: %s", name, msg)
-	}
+	require.Empty(t, sameErr(Verify(d, CheckAll, b), want), "%s: verify", name)
 	// Strip: all the data is produced, intact except the injected byte.
 	out := make([]byte, len(data))
 	n, err := Strip(d, CheckAll, out, b)
