@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net/netip"
 	"os"
 	"os/signal"
@@ -37,6 +38,7 @@ var serveOpts struct {
 	lid     *uint
 	stats   *time.Duration
 	rcSrc   *string
+	scale   *float64
 	faults  faultFlags
 }
 
@@ -84,7 +86,7 @@ func parseRoCEAddr(s string) (netip.AddrPort, error) {
 var serveCmd = &command{
 	name:    "serve",
 	summary: "run the device as a daemon on a Unix socket: every client process is a function of one shared HCA",
-	usage:   "[--socket PATH] [--ready-fd N] [--caps PRESET] [--log-level LEVEL] [--grace D] [--poll D] [--cpuprofile FILE] [--roce ADDR[:PORT] [--pcap FILE] [--loss P] [--dup P] [--reorder P] [--corrupt P] [--corrupt-payload P] [--delay P] [--delay-time D]] [--lid N] [--stats D] [--rc-source strict|hardware]",
+	usage:   "[--socket PATH] [--ready-fd N] [--caps PRESET] [--log-level LEVEL] [--grace D] [--poll D] [--cpuprofile FILE] [--roce ADDR[:PORT] [--pcap FILE] [--loss P] [--dup P] [--reorder P] [--corrupt P] [--corrupt-payload P] [--delay P] [--delay-time D]] [--lid N] [--stats D] [--rc-source strict|hardware] [--time-scale F]",
 	example: "hcasim serve --socket /tmp/a.sock --roce 127.0.0.2 --pcap a.pcap --loss 0.01",
 	flags: func(fs *flag.FlagSet) {
 		serveOpts.socket = fs.String("socket", "hcasim.sock", fmt.Sprintf("the socket's path (created mode 0600; at most %d bytes). Once it listens, the daemon prints \"hcasim serve: listening on PATH\" as its first line on standard output", maxSocketPath))
@@ -97,6 +99,7 @@ var serveCmd = &command{
 		serveOpts.pcap = fs.String("pcap", "", "--roce: write every packet sent and received to this pcap file")
 		serveOpts.lid = fs.Uint("lid", 0, "the port's LID (0: the first free one)")
 		serveOpts.rcSrc = fs.String("rc-source", "strict", "strict: an RC QP serves only its connected peer; hardware: any request whose QPN and PSN fit, as RNICs do (QP injection possible)")
+		serveOpts.scale = fs.Float64("time-scale", 1, "divide the transport timers (ACK timeout, RNR delay) by F, so that clients' tests of retries run fast (hca.Options.TimeScale; F >= 1). A timer scaled below what the Go scheduler honours (tens of microseconds) fires late, never early")
 		serveOpts.stats = fs.Duration("stats", 0, "log the port counters this often (0: only at exit)")
 		serveOpts.faults.register(fs)
 		serveOpts.grace = fs.Duration("grace", 500*time.Millisecond, "on SIGINT, SIGTERM or SIGHUP, how long clients get to see their flush completions before connections close")
@@ -205,8 +208,11 @@ func runServe(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) error {
 	if *serveOpts.rcSrc != "strict" && *serveOpts.rcSrc != "hardware" {
 		return badUsage("--rc-source %q: want strict or hardware", *serveOpts.rcSrc)
 	}
+	if sc := *serveOpts.scale; !(sc >= 1) || math.IsInf(sc, 0) {
+		return badUsage("--time-scale %v: want a finite factor of 1 or more (1: real time)", sc)
+	}
 	dev := hca.New(hca.Options{Caps: &caps, Poll: *serveOpts.poll, LID: uint16(*serveOpts.lid), Logger: log.With("part", "device"),
-		RCSourceHardware: *serveOpts.rcSrc == "hardware"})
+		RCSourceHardware: *serveOpts.rcSrc == "hardware", TimeScale: *serveOpts.scale})
 	defer dev.Close()
 	roceLine := "" // printed after the first line, which says the socket listens
 	if *serveOpts.roce != "" {
@@ -267,7 +273,7 @@ func runServe(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) error {
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(l) }()
 	log.Info("serving", "socket", path, "caps", *serveOpts.caps, "lid", dev.LID(), "protocol", remote.Version)
-	log.Debug("options", "poll", *serveOpts.poll, "grace", *serveOpts.grace, "rc-source", *serveOpts.rcSrc, "roce", *serveOpts.roce)
+	log.Debug("options", "poll", *serveOpts.poll, "grace", *serveOpts.grace, "time-scale", *serveOpts.scale, "rc-source", *serveOpts.rcSrc, "roce", *serveOpts.roce)
 	// The socket listens: clients may connect (the first accept queues them).
 	fmt.Fprintf(stdout, "hcasim serve: listening on %s (device LID %d, protocol version %d)\n", path, dev.LID(), remote.Version)
 	fmt.Fprint(stdout, roceLine)

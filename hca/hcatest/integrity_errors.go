@@ -106,7 +106,7 @@ func ieAddrOf(e *ep) ieAddr { i := e.qp.Info(); return ieAddr{i.LID, i.QPN} }
 func ieHook(t testing.TB, s *suite, x, y *ep, fn func(w []byte) bool) func() int {
 	t.Helper()
 	if s.wireHook == nil {
-		t.Skip("the device under test offers no wire hook")
+		t.Skip("needs Options.WireHook: the device under test offers no wire hook (a hook is a function in the device's process: a daemon such as hcasim serve cannot offer one over its socket)")
 	}
 	ax, ay := ieAddrOf(x), ieAddrOf(y)
 	var mu sync.Mutex

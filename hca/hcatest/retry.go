@@ -166,24 +166,47 @@ func rnrFollowingWRs(t *testing.T, s *suite) {
 
 // retryPeerConnectsLate: requests to a peer that is not ready yet are
 // retransmitted on the ACK timeout and succeed once it is.
+//
+// The outcome rests on a real-time margin: the requester's retry budget
+// (RetryCnt+1 ACK timeouts, divided by the device's TimeScale, which the
+// suite does not know) must outlast the peer's connect. A budget that ran
+// out while the peer was still connecting, or soon after (the error came
+// within 4× the connect's time), says nothing about the device: the
+// scenario tries again on fresh QPs with a timeout code 3 larger (8× as
+// long), up to a budget of about waitFor/2. An error after that, or one
+// that came long after the peer was ready, fails.
 func retryPeerConnectsLate(t *testing.T, s *suite) {
 	a, b := s.pair(t)
-	ea, eb := a.ep(nil), b.ep(nil)
-	if err := ea.qp.Connect(eb.qp.Info(), &verbs.ConnectOptions{Timeout: 10, RetryCnt: 7}); err != nil {
-		t.Fatal(err)
-	}
 	copy(a.buf, "late")
-	ea.post(write(1, a.mr.SGE(0, 4), b.mr.Addr+100, b.mr.RKey), send(2, a.mr.SGE(0, 4)))
-	time.Sleep(time.Millisecond)
-	if err := eb.qp.Connect(ea.qp.Info(), nil); err != nil {
-		t.Fatal(err)
+	for code := uint8(10); ; code += 3 {
+		ea, eb := a.ep(nil), b.ep(nil)
+		if err := ea.qp.Connect(eb.qp.Info(), &verbs.ConnectOptions{Timeout: code, RetryCnt: 7}); err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		ea.post(write(1, a.mr.SGE(0, 4), b.mr.Addr+100, b.mr.RKey), send(2, a.mr.SGE(0, 4)))
+		time.Sleep(time.Millisecond)
+		if err := eb.qp.Connect(ea.qp.Info(), nil); err != nil {
+			t.Fatal(err)
+		}
+		ready := time.Since(start)
+		eb.recv(rwr(3, b.mr.SGE(200, 64)))
+		first := poll1(t, ea.scq)
+		if took := time.Since(start); first.Status == verbs.WCRetryExcErr && took < 4*ready {
+			checkErr(t, "the send behind the write", poll1(t, ea.scq), 2, verbs.WCWRFlushErr, ea.qp.QPN())
+			if 8*took > waitFor/2 {
+				t.Fatalf("timeout code %d: RETRY_EXC_ERR %v after the post, the peer ready after %v: a larger code would outlast the suite's wait", code, took, ready)
+			}
+			t.Logf("timeout code %d: retries exhausted %v after the post, the peer ready after %v (scaled timers): again with code %d", code, took, ready, code+3)
+			continue
+		}
+		check(t, "write", first, want{wrid: 1, op: verbs.WCRDMAWrite, len: anyLen})
+		check(t, "send", poll1(t, ea.scq), want{wrid: 2, op: verbs.WCSend, len: anyLen})
+		check(t, "receive", poll1(t, eb.rcq), want{wrid: 3, op: verbs.WCRecv, len: 4})
+		sameBytes(t, "written", b.buf[100:104], []byte("late"))
+		sameBytes(t, "sent", b.buf[200:204], []byte("late"))
+		return
 	}
-	eb.recv(rwr(3, b.mr.SGE(200, 64)))
-	check(t, "write", poll1(t, ea.scq), want{wrid: 1, op: verbs.WCRDMAWrite, len: anyLen})
-	check(t, "send", poll1(t, ea.scq), want{wrid: 2, op: verbs.WCSend, len: anyLen})
-	check(t, "receive", poll1(t, eb.rcq), want{wrid: 3, op: verbs.WCRecv, len: 4})
-	sameBytes(t, "written", b.buf[100:104], []byte("late"))
-	sameBytes(t, "sent", b.buf[200:204], []byte("late"))
 }
 
 // retryPeerContextClosed: the peer's whole context closes; the requester
