@@ -79,7 +79,7 @@ func perfServe(open func() (*verbs.Context, error), peer string, asJSON bool, st
 	if err != nil {
 		return fmt.Errorf("perf server: %w", err)
 	}
-	w := newPerfWatch(vctx, l)
+	w := newPerfWatch(vctx, l, peer)
 	defer func() {
 		w.finish() // closes the listener (removing the socket) and the connection
 		werr := w.reason()
@@ -229,11 +229,28 @@ func perfListen(peer string) (*net.UnixListener, error) {
 		}
 		os.Remove(peer) // a stale rendezvous socket
 	}
-	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: peer, Net: "unix"})
-	if errors.Is(err, syscall.EADDRINUSE) {
-		return nil, fmt.Errorf("another perf server is waiting at %s (give this one its own --peer): %w", peer, err)
+	// Listen at a private name and rename it into place: the rendezvous
+	// name then appears only once it accepts, so another server that
+	// looks in between (bind comes before listen) never takes a live
+	// socket for a stale one.
+	tmp := fmt.Sprintf("%s.%d.tmp", peer, os.Getpid())
+	os.Remove(tmp)
+	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: tmp, Net: "unix"})
+	if err != nil {
+		return nil, err
 	}
-	return l, err
+	l.SetUnlinkOnClose(false)
+	if _, err := os.Lstat(peer); err == nil {
+		l.Close()
+		os.Remove(tmp)
+		return nil, fmt.Errorf("another perf server is waiting at %s (give this one its own --peer)", peer)
+	}
+	if err := os.Rename(tmp, peer); err != nil {
+		l.Close()
+		os.Remove(tmp)
+		return nil, err
+	}
+	return l, nil
 }
 
 // perfWatch ends a perf server's wait when the daemon goes away or a
@@ -242,6 +259,7 @@ func perfListen(peer string) (*net.UnixListener, error) {
 // returns.
 type perfWatch struct {
 	l        *net.UnixListener
+	peer     string // the rendezvous socket's name
 	finished chan struct{}
 	g        errgroup.Group
 
@@ -251,8 +269,8 @@ type perfWatch struct {
 	conn    net.Conn
 }
 
-func newPerfWatch(vctx *verbs.Context, l *net.UnixListener) *perfWatch {
-	w := &perfWatch{l: l, finished: make(chan struct{})}
+func newPerfWatch(vctx *verbs.Context, l *net.UnixListener, peer string) *perfWatch {
+	w := &perfWatch{l: l, peer: peer, finished: make(chan struct{})}
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 	w.g.Go(func() error {
@@ -283,6 +301,7 @@ func (w *perfWatch) stop(why error) {
 	c := w.conn
 	w.mu.Unlock()
 	w.l.Close()
+	os.Remove(w.peer) // the listener was renamed into place: Close does not unlink it
 	if c != nil {
 		c.Close()
 	}
