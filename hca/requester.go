@@ -102,7 +102,9 @@ func (qp *QP) requester() {
 			fired = true
 		}
 		qp.reqMu.Lock()
-		if acks {
+		// Answers that came in with the timer count first: an ACK waiting
+		// in the queue is not a timeout.
+		if acks || fired && qp.acks.pending() {
 			qp.takeAcks(s)
 		}
 		if fired {
@@ -171,6 +173,9 @@ func (qp *QP) poll(s *reqState) bool {
 			case <-qp.acks.sig:
 				qp.takeAcks(s)
 			case <-s.timer.C:
+				if qp.acks.pending() {
+					qp.takeAcks(s)
+				}
 				s.armed = false
 				qp.onTimer(s)
 			default:

@@ -57,8 +57,13 @@ type assembly struct {
 	n     int // packets taken
 	op    roce.Opcode
 	reth  roce.RETH
-	data  []byte
+	data  []byte // the payload so far, unless placed
+	size  uint64 // the payload's bytes so far
 	first uint32
+	// placed: a WRITE to a plain (not signature) key, whose packets go to
+	// memory as they arrive, as a NIC places them; fault: a packet's range
+	// did not resolve (the message is answered with an access NAK).
+	placed, fault bool
 }
 
 // atomicResult is an executed atomic's original value, kept to answer its
@@ -441,7 +446,11 @@ func (qp *QP) serveWrite(s *respState, r *request, a *qpAttr) respKind {
 			return respRNR
 		}
 	}
-	if r.length > 0 { // a zero-length WRITE does not validate its R_Key (IBA C9-88)
+	if r.placed { // from the wire, in memory already (place)
+		if r.placeFault {
+			return respAccess
+		}
+	} else if r.length > 0 { // a zero-length WRITE does not validate its R_Key (IBA C9-88)
 		dst, dsig, err := qp.resolveKey(s.segs[:0], r.rkey, r.raddr, r.length, klm.RemoteWrite, false, &s.sig)
 		if err != nil {
 			s.segs = scrub(s.segs)
@@ -678,17 +687,28 @@ func (qp *QP) servePacket(s *respState, in *request) {
 		return
 	}
 	if s.asm.n == 0 {
-		s.asm.op, s.asm.reth, s.asm.first, s.asm.data = p.Opcode, p.RETH, p.PSN, s.asm.data[:0]
+		s.asm = assembly{op: p.Opcode, reth: p.RETH, first: p.PSN, data: s.asm.data[:0]}
+		if isWrite(p.Opcode) && p.RETH.DMALen > 0 && a.access&QPAccessWrite != 0 && qp.plainKey(klm.Key(p.RETH.RKey)) {
+			s.asm.placed = true
+			// The whole range is checked first, as the in-process path
+			// does: a WRITE past its key's end places nothing.
+			s.asm.fault = !qp.resolves(s, klm.Key(p.RETH.RKey), p.RETH.VA, uint64(p.RETH.DMALen))
+		}
 	}
 	limit := uint64(maxWireMessage)
 	if isWrite(s.asm.op) {
 		limit = min(limit, uint64(s.asm.reth.DMALen))
 	}
-	if uint64(len(s.asm.data))+uint64(len(p.Payload)) > limit {
+	if s.asm.size+uint64(len(p.Payload)) > limit {
 		invalid()
 		return
 	}
-	s.asm.data = append(s.asm.data, p.Payload...)
+	if s.asm.placed {
+		qp.place(s, p.Payload)
+	} else {
+		s.asm.data = append(s.asm.data, p.Payload...)
+	}
+	s.asm.size += uint64(len(p.Payload))
 	s.asm.n++
 	if pos != roce.PosLast && pos != roce.PosOnly {
 		if p.AckReq {
@@ -698,7 +718,8 @@ func (qp *QP) servePacket(s *respState, in *request) {
 	}
 	m := &s.wmsg
 	s.wsrc[0] = s.asm.data
-	*m = request{psn: s.asm.first, npkts: s.asm.n, length: uint64(len(s.asm.data)), src: s.wsrc[:], solicited: p.SE, imm: p.Imm}
+	*m = request{psn: s.asm.first, npkts: s.asm.n, length: s.asm.size, src: s.wsrc[:], solicited: p.SE, imm: p.Imm,
+		placed: s.asm.placed, placeFault: s.asm.fault}
 	s.asm.n = 0
 	switch p.Opcode {
 	case roce.OpSendLast, roce.OpSendOnly:
@@ -721,6 +742,41 @@ func (qp *QP) servePacket(s *respState, in *request) {
 	qp.serve(s, m)
 	s.asm.data = s.wsrc[0][:0] // the assembly buffer, for the next message
 	*m = request{}
+}
+
+// plainKey reports whether key names a memory key without a signature
+// (a BSF): a WRITE to it can be placed packet by packet.
+func (qp *QP) plainKey(key klm.Key) bool {
+	m := qp.fn.mkeys.Lookup(key.Index())
+	return m != nil && !m.BSFEnabled
+}
+
+// resolves reports whether a remote write of n bytes at addr through key
+// translates.
+func (qp *QP) resolves(s *respState, key klm.Key, addr, n uint64) bool {
+	segs, err := qp.fn.mkeys.Resolve(s.segs[:0], klm.Request{Key: key, PD: qp.pd, Addr: addr, Len: n, Access: klm.RemoteWrite})
+	s.segs = scrub(segs)
+	return err == nil
+}
+
+// place writes a WRITE packet's payload where the message's RETH and the
+// packets before it put it. Each packet's range is translated on its own,
+// as a NIC translates each packet's placement through the key: a key
+// invalidated part-way faults the rest of the message.
+func (qp *QP) place(s *respState, payload []byte) {
+	if s.asm.fault || len(payload) == 0 {
+		return
+	}
+	k := klm.Key(s.asm.reth.RKey)
+	segs, err := qp.fn.mkeys.Resolve(s.segs[:0], klm.Request{Key: k, PD: qp.pd, Addr: s.asm.reth.VA + s.asm.size,
+		Len: uint64(len(payload)), Access: klm.RemoteWrite})
+	if err == nil {
+		s.wsrc[0] = payload
+		copySegs(segs, s.wsrc[:])
+		s.wsrc[0] = nil
+	}
+	s.asm.fault = err != nil
+	s.segs = scrub(segs)
 }
 
 // wireRequest fills m with the READ or atomic request a packet carries,

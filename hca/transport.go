@@ -72,7 +72,10 @@ type request struct {
 	swapAdd   uint64
 	compare   uint64
 	solicited bool
-	segArr    [2][]byte // backing for src or dst of one or two segments
+	// placed: a WRITE from the wire whose packets went to memory as they
+	// came (no src); placeFault: one of them did not resolve.
+	placed, placeFault bool
+	segArr             [2][]byte // backing for src or dst of one or two segments
 	// segBuf is a longer backing (a signature key's strided memory domain
 	// gives two segments per block), kept across recycling.
 	segBuf [][]byte

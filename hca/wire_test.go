@@ -137,3 +137,39 @@ func lossyWindow(t *testing.T, a, b *wireEnd) {
 		}
 	}
 }
+
+// A WRITE from the wire goes to memory packet by packet, as a NIC places
+// it, after its whole range was checked at the first packet: a WRITE that
+// runs past the remote key's end is NAKed with nothing of it placed, one
+// that fits lands whole, and the responder acknowledges both.
+func TestWireWritePlacement(t *testing.T) {
+	a, b := wireHosts(t, hca.Faults{}, nil)
+	src, dst := a.mr.Buf, b.mr.Buf
+	for i := range src {
+		src[i] = byte(i*13 + 1)
+	}
+	clear(dst)
+	const n = 16 << 10 // four packets at the default MTU
+	_, err := a.qp.PostSend([]verbs.SendWR{{WRID: 1, Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled,
+		SG: []verbs.SGE{a.mr.SGE(0, n)}, RemoteAddr: b.mr.Addr + uint64(len(dst)) - n + 4096, RKey: b.mr.RKey}})
+	require.NoError(t, err)
+	wc := a.wait(t)
+	require.Equal(t, verbs.WCRemAccessErr, wc.Status, "%+v", wc)
+	require.Equal(t, make([]byte, len(dst)), dst, "a WRITE past the key's end placed data")
+
+	a, b = wireHosts(t, hca.Faults{}, nil)
+	src, dst = a.mr.Buf, b.mr.Buf
+	for i := range src {
+		src[i] = byte(i*13 + 1)
+	}
+	clear(dst)
+	_, err = a.qp.PostSend([]verbs.SendWR{{WRID: 2, Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled,
+		SG: []verbs.SGE{a.mr.SGE(100, n)}, RemoteAddr: b.mr.Addr + 300, RKey: b.mr.RKey}})
+	require.NoError(t, err)
+	wc = a.wait(t)
+	require.Equal(t, verbs.WCSuccess, wc.Status, "%+v", wc)
+	require.Equal(t, src[100:100+n], dst[300:300+n])
+	require.Equal(t, make([]byte, 300), dst[:300])
+	require.Equal(t, make([]byte, len(dst)-300-n), dst[300+n:])
+	require.GreaterOrEqual(t, b.dev.Counters().RxPackets, uint64(4))
+}

@@ -450,7 +450,8 @@ type want struct {
 	qpn     uint32 // 0: not checked
 }
 
-// check compares a successful completion with w.
+// check compares a successful completion with w; a mismatch ends the
+// scenario.
 func check(t testing.TB, what string, got verbs.WC, w want) {
 	t.Helper()
 	ok := got.Status == verbs.WCSuccess && got.WRID == w.wrid && got.Opcode == w.op &&
@@ -463,7 +464,9 @@ func check(t testing.TB, what string, got verbs.WC, w want) {
 		if w.len != anyLen {
 			wl = fmt.Sprint(w.len)
 		}
-		t.Errorf("%s: got %s, want {wr_id %#x IBV_WC_SUCCESS opcode %d len %s imm %#x (imm %v inv %v) qpn %#x}",
+		// Fatal: what the scenario does next (comparing memory a peer may
+		// still be writing, after a failed transfer) means nothing now.
+		t.Fatalf("%s: got %s, want {wr_id %#x IBV_WC_SUCCESS opcode %d len %s imm %#x (imm %v inv %v) qpn %#x}",
 			what, fmtWC(got), w.wrid, w.op, wl, w.imm, w.withImm, w.withInv, w.qpn)
 	}
 }
@@ -473,7 +476,7 @@ func check(t testing.TB, what string, got verbs.WC, w want) {
 func checkErr(t testing.TB, what string, got verbs.WC, wrid uint64, st verbs.WCStatus, qpn uint32) {
 	t.Helper()
 	if got.WRID != wrid || got.Status != st || (qpn != 0 && got.QPN != qpn) {
-		t.Errorf("%s: got %s, want {wr_id %#x %v qpn %#x}", what, fmtWC(got), wrid, st, qpn)
+		t.Fatalf("%s: got %s, want {wr_id %#x %v qpn %#x}", what, fmtWC(got), wrid, st, qpn)
 	}
 }
 

@@ -20,9 +20,6 @@ import (
 	"github.com/hcasim/hcasim/internal/tooltest"
 )
 
-// timeScale divides the in-process devices' transport timers.
-const timeScale = 4
-
 // opener opens contexts on dev.
 func opener(dev *hca.Device) hcatest.Opener {
 	return func(t testing.TB) *verbs.Context {
