@@ -10,9 +10,6 @@ import (
 	"github.com/hcasim/hcasim/hca/verbs"
 )
 
-// suiteScale is the --time-scale of the daemons the suite runs against.
-const suiteScale = "100"
-
 // dialOpener opens contexts on the daemon at path.
 func dialOpener(path string) hcatest.Opener {
 	return func(t testing.TB) *verbs.Context {
