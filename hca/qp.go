@@ -6,6 +6,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/sync/errgroup"
+
 	"github.com/hcasim/hcasim/internal/dma"
 	"github.com/hcasim/hcasim/sq"
 )
@@ -129,8 +131,10 @@ type QP struct {
 	// is in service.
 	inService atomic.Int32
 	stop      chan struct{}
-	wg        sync.WaitGroup
-	closed    bool
+	// engines are the requester and responder goroutines: createQP starts
+	// them, destroy waits for them (after closing stop).
+	engines errgroup.Group
+	closed  bool
 }
 
 // qpSnap is a QP's state as the engines read it without a lock.
@@ -240,9 +244,8 @@ func (f *Func) createQP(in In) Out {
 	scq.qps++
 	rcq.qps++
 	f.qps[n] = qp
-	qp.wg.Add(2)
-	go qp.requester()
-	go qp.responder()
+	qp.engines.Go(func() error { qp.requester(); return nil })
+	qp.engines.Go(func() error { qp.responder(); return nil })
 	o := In(okOut(QPNOff + 4))
 	o.Put32(QPNOff, n)
 	return Out(o)
@@ -271,7 +274,7 @@ func (qp *QP) destroy() {
 	qp.publish()
 	qp.mu.Unlock()
 	close(qp.stop)
-	qp.wg.Wait()
+	_ = qp.engines.Wait() // the engines return no error
 	qp.dev.freeQPN(qp.qpn)
 	f := qp.fn
 	f.mu.Lock()

@@ -58,7 +58,6 @@ type reqState struct {
 // and on the timer. It shares the engine's state with doorbell: whoever
 // holds reqMu runs the engine.
 func (qp *QP) requester() {
-	defer qp.wg.Done()
 	s := &qp.req
 	defer func() {
 		qp.reqMu.Lock()

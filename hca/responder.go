@@ -82,7 +82,6 @@ const longMessage = 64 << 10
 // responder's state with requesters that serve this QP inline
 // (serveInline): whoever holds respMu serves.
 func (qp *QP) responder() {
-	defer qp.wg.Done()
 	s := &qp.resp
 	for {
 		select {

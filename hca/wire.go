@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/google/gopacket"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/hcasim/hcasim/roce"
 	"github.com/hcasim/hcasim/sq"
@@ -200,7 +201,7 @@ type wire struct {
 	gso    atomic.Bool // send runs of datagrams in one sendmsg (wire_batch.go)
 	gro    bool        // the kernel coalesces received runs
 	closed atomic.Bool
-	wg     sync.WaitGroup
+	rx     errgroup.Group // the receiver: ListenRoCE starts it, close waits for it
 	timers sync.WaitGroup // delayed packets
 }
 
@@ -253,8 +254,7 @@ func (d *Device) ListenRoCE(o WireOptions) error {
 	d.mu.Unlock()
 	w.gso.Store(true)
 	w.gro = w.enableGRO()
-	w.wg.Add(1)
-	go w.receive()
+	w.rx.Go(func() error { w.receive(); return nil })
 	d.log.Info("roce port", "addr", local.String())
 	return nil
 }
@@ -273,7 +273,7 @@ func (w *wire) close() {
 		return
 	}
 	w.conn.Close()
-	w.wg.Wait()
+	_ = w.rx.Wait() // the receiver returns no error
 	w.timers.Wait()
 }
 
@@ -650,7 +650,6 @@ func endpoint(a netip.AddrPort) roce.Endpoint {
 
 // receive reads datagrams until the port closes.
 func (w *wire) receive() {
-	defer w.wg.Done()
 	big := make([]byte, 1<<16)
 	var oob [64]byte
 	for {
