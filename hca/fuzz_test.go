@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/hcasim/hcasim/hca"
 	"github.com/hcasim/hcasim/hca/verbs"
 	"github.com/hcasim/hcasim/sq"
@@ -21,24 +23,16 @@ func FuzzCommand(f *testing.F) {
 		dev := hca.New(hca.Options{})
 		defer dev.Close()
 		fn, err := dev.Open()
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		// Some objects for the command to refer to.
 		fn.Command(hca.NewIn(hca.CmdAllocPD, 8))
 		buf, iova, _ := fn.AllocDMA(1<<16, 4096)
 		_ = buf
 		fn.Command(hca.NewIn(hca.CmdCreateCQ, hca.CQInSize).Put8(hca.CQInLogSize, 4).Put64(hca.CQInRing, iova).Put64(hca.CQInDBRec, iova+4096))
 		out := hca.Out(fn.Command(in))
-		if len(out) < hca.OutHeaderSize {
-			t.Fatalf("output of %d bytes", len(out))
-		}
-		if out.Status() == hca.StatusIntErr {
-			t.Fatalf("internal error: %s", out[8:])
-		}
-		if err := fn.Close(); err != nil {
-			t.Fatal(err)
-		}
+		require.GreaterOrEqual(t, len(out), hca.OutHeaderSize, "output too short")
+		require.NotEqual(t, hca.StatusIntErr, out.Status(), "internal error: %s", out[8:])
+		require.NoError(t, fn.Close())
 	})
 }
 
@@ -60,22 +54,14 @@ func FuzzWQE(f *testing.F) {
 		dev := hca.New(hca.Options{TimeScale: 1000})
 		defer dev.Close()
 		ctx, err := verbs.Open(dev)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		defer ctx.Close()
 		pd, _ := ctx.AllocPD()
 		cq, err := ctx.CreateCQ(1024, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		qp, err := pd.CreateQP(&verbs.QPInitAttr{SendCQ: cq, RecvCQ: cq, Cap: verbs.QPCap{MaxSendWR: 64, MaxRecvWR: 4, MaxSendSGE: 2, MaxRecvSGE: 2}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := qp.Connect(qp.Info(), &verbs.ConnectOptions{Timeout: 1, RetryCnt: 1, RNRRetry: 1, MinRNRTimer: 1}); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
+		require.NoError(t, qp.Connect(qp.Info(), &verbs.ConnectOptions{Timeout: 1, RetryCnt: 1, RNRRetry: 1, MinRNRTimer: 1}))
 		posted := 0
 		for range max(int(copies%8), 1) {
 			w := append([]byte(nil), raw...)

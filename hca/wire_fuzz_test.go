@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/google/gopacket"
+	"github.com/stretchr/testify/require"
 
 	"github.com/hcasim/hcasim/hca"
 	"github.com/hcasim/hcasim/hca/verbs"
@@ -66,42 +67,27 @@ func FuzzWirePackets(f *testing.F) {
 		}
 		defer peer.Close()
 		ctx, err := verbs.Open(dev)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		defer ctx.Close()
 		pd, _ := ctx.AllocPD()
 		buf, err := ctx.Alloc(1 << 16)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		mr, err := pd.RegMR(buf, verbs.AccessLocalWrite|verbs.AccessRemoteWrite|verbs.AccessRemoteRead|verbs.AccessRemoteAtomic)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		// The WRITE posted at the end reads a buffer of its own: the fuzzed
 		// packets may write all of mr (two engines on one buffer would be
 		// the application's race, not the device's).
 		src, err := ctx.Alloc(4096)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		srcMR, err := pd.RegMR(src, verbs.AccessLocalWrite)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		cq, _ := ctx.CreateCQ(256, nil)
 		qp, err := pd.CreateQP(&verbs.QPInitAttr{SendCQ: cq, RecvCQ: cq, Cap: verbs.QPCap{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1}})
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		remote := verbs.QPInfo{GID: hca.GIDOf(fuzzHosts[1].Addr()), QPN: 0x77, PSN: 0}
-		if err := qp.Connect(remote, &verbs.ConnectOptions{Timeout: 1, RetryCnt: 1, RNRRetry: 1, MinRNRTimer: 1}); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := qp.PostRecv([]verbs.RecvWR{{WRID: 1, SG: []verbs.SGE{mr.SGE(0, 4096)}}}); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, qp.Connect(remote, &verbs.ConnectOptions{Timeout: 1, RetryCnt: 1, RNRRetry: 1, MinRNRTimer: 1}))
+		_, err = qp.PostRecv([]verbs.RecvWR{{WRID: 1, SG: []verbs.SGE{mr.SGE(0, 4096)}}})
+		require.NoError(t, err)
 		// raw holds packets one after the other: a 16-bit length, then
 		// the packet. flags: bit 0 aims them at the QP, bit 1 points a
 		// RETH or AtomicETH at the MR, bit 2 leaves the ICRC bad.
@@ -193,8 +179,6 @@ func FuzzWirePackets(f *testing.F) {
 			time.Sleep(100 * time.Microsecond)
 		}
 		done.Store(true)
-		if err := <-got; err != nil {
-			t.Fatalf("the device sent a bad packet: %v", err)
-		}
+		require.NoError(t, <-got, "the device sent a bad packet")
 	})
 }

@@ -1,7 +1,6 @@
 package remote_test
 
 import (
-	"bytes"
 	"encoding/binary"
 	"errors"
 	"net"
@@ -10,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
 	"github.com/hcasim/hcasim/hca"
@@ -30,20 +30,14 @@ func FuzzDecode(f *testing.F) {
 	f.Fuzz(func(t *testing.T, p []byte) {
 		h, pl, err := remote.Decode(p)
 		if err != nil {
-			if !errors.Is(err, remote.ErrMessage) {
-				t.Fatalf("error %v is not ErrMessage", err)
-			}
+			require.ErrorIs(t, err, remote.ErrMessage)
 			return
 		}
-		if len(p) > remote.MaxMessage || len(p) < remote.HeaderSize {
-			t.Fatalf("accepted a %d-byte message", len(p))
-		}
-		if int(h.Len) != len(pl) || len(pl) != len(p)-remote.HeaderSize {
-			t.Fatalf("header length %d, payload %d bytes, message %d", h.Len, len(pl), len(p))
-		}
-		if re := remote.Encode(nil, h.Type, h.ID, pl); !bytes.Equal(re, p) {
-			t.Fatalf("re-encoded %x, was %x", re, p)
-		}
+		require.LessOrEqual(t, len(p), remote.MaxMessage, "accepted an oversized message")
+		require.GreaterOrEqual(t, len(p), remote.HeaderSize, "accepted a message shorter than a header")
+		require.Equal(t, int(h.Len), len(pl), "header length and payload (message of %d bytes)", len(p))
+		require.Equal(t, len(p)-remote.HeaderSize, len(pl), "payload and message lengths")
+		require.Equal(t, p, remote.Encode(nil, h.Type, h.ID, pl), "re-encoded")
 		_ = h.Type.String()
 	})
 }
@@ -98,9 +92,7 @@ func fuzzDaemon(t testing.TB) {
 		}
 		fuzzd.good, fuzzd.err = verbs.New(fuzzd.cl)
 	})
-	if fuzzd.err != nil {
-		t.Fatalf("fuzz daemon: %v", fuzzd.err)
-	}
+	require.NoError(t, fuzzd.err, "fuzz daemon")
 }
 
 // Fuzz input: a mode byte (bit 0: send a valid HELLO first), then
@@ -186,9 +178,7 @@ func FuzzMessages(f *testing.F) {
 		fuzzDaemon(t)
 		mode, pkts := fzParse(in)
 		cc, sc, err := seqpacketPair()
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		defer cc.Close()
 		fuzzd.srv.ServeConn(sc)
 		deadline := time.Now().Add(10 * time.Second)
@@ -259,25 +249,17 @@ func FuzzMessages(f *testing.F) {
 			// its answer comes after all the others.
 			cc.WriteMsgUnix(remote.Encode(nil, remote.TypeUnmap, fzProbeID, make([]byte, 8)), nil, nil)
 		}
-		if err := <-result; err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, <-result)
 		// The well-behaved client is still served.
 		pd, err := fuzzd.good.AllocPD()
-		if err != nil {
-			t.Fatalf("the well-behaved client: %v", err)
-		}
-		if err := pd.Dealloc(); err != nil {
-			t.Fatalf("the well-behaved client: %v", err)
-		}
+		require.NoError(t, err, "the well-behaved client")
+		require.NoError(t, pd.Dealloc(), "the well-behaved client")
 	})
 }
 
 func fuzzMemfd(t *testing.T) int {
 	fd, err := unix.MemfdCreate("fuzz", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	unix.Ftruncate(fd, 1<<16)
 	unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, sealed)
 	return fd

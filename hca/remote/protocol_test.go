@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
 
 	"github.com/hcasim/hcasim/hca"
@@ -134,9 +135,9 @@ func TestReservedFields(t *testing.T) {
 	in[4], in[5] = 0xFF, 0xFF
 	r.mustSend(remote.Encode(nil, remote.TypeCommand, 30, in))
 	h, p, err := r.recv(5 * time.Second)
-	if err != nil || h.Type != remote.TypeCommand|remote.ReplyBit || hca.Out(p).Status() != hca.StatusOK {
-		t.Fatalf("QUERY_HCA_CAP with its reserved field set: %v %v %x", err, h.Type, p)
-	}
+	require.NoError(t, err, "QUERY_HCA_CAP with its reserved field set")
+	require.Equal(t, remote.TypeCommand|remote.ReplyBit, h.Type, "QUERY_HCA_CAP with its reserved field set: %x", p)
+	require.Equal(t, hca.StatusOK, hca.Out(p).Status(), "QUERY_HCA_CAP with its reserved field set: %x", p)
 }
 
 // TestUnusableDescriptors: a descriptor that is a sealed memfd of the

@@ -9,6 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"github.com/hcasim/hcasim/hca"
 	"github.com/hcasim/hcasim/hca/remote"
 )
@@ -20,17 +23,13 @@ func pyDaemon(t *testing.T) string {
 	t.Cleanup(func() { dev.Close() })
 	path := filepath.Join(t.TempDir(), "hcasim.sock")
 	l, err := remote.Listen(path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	s := &remote.Server{Dev: dev}
 	done := make(chan error, 1)
 	go func() { done <- s.Serve(l) }()
 	t.Cleanup(func() {
 		s.Shutdown(0)
-		if err := <-done; err != nil {
-			t.Errorf("serve: %v", err)
-		}
+		assert.NoError(t, <-done, "serve")
 	})
 	return path
 }
@@ -44,9 +43,9 @@ func runPyClient(t *testing.T, python, sock string) string {
 	cmd := exec.CommandContext(ctx, python, filepath.Join("..", "..", "scripts", "pyclient.py"), sock)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Run(); err != nil {
-		t.Errorf("pyclient: %v\n%s", err, out.String())
-	}
+	err := cmd.Run()
+	// assert, not require: the test runs it in goroutines too.
+	assert.NoError(t, err, "pyclient:\n%s", out.String())
 	return out.String()
 }
 
@@ -74,12 +73,9 @@ func TestPyClient(t *testing.T) {
 	}
 	wg.Wait()
 	c, err := remote.Dial(sock)
-	if err != nil {
-		t.Fatalf("dial after the Python clients: %v", err)
-	}
-	if out := hca.Out(c.Command(hca.NewIn(hca.CmdQueryHCACap, hca.InHeaderSize))); out.Status() != hca.StatusOK {
-		t.Errorf("QUERY_HCA_CAP after the Python clients: %v", out.Err(hca.CmdQueryHCACap))
-	}
+	require.NoError(t, err, "dial after the Python clients")
+	out := hca.Out(c.Command(hca.NewIn(hca.CmdQueryHCACap, hca.InHeaderSize)))
+	assert.Equal(t, hca.StatusOK, out.Status(), "QUERY_HCA_CAP after the Python clients: %v", out.Err(hca.CmdQueryHCACap))
 	c.Close()
 }
 
@@ -92,7 +88,7 @@ func TestPyClientFails(t *testing.T) {
 	}
 	cmd := exec.Command(python, filepath.Join("..", "..", "scripts", "pyclient.py"), filepath.Join(t.TempDir(), "none.sock"))
 	out, err := cmd.CombinedOutput()
-	if _, ok := err.(*exec.ExitError); !ok || !bytes.Contains(out, []byte("pyclient: FAIL")) {
-		t.Fatalf("pyclient without a daemon: %v\n%s", err, out)
-	}
+	var exit *exec.ExitError
+	require.ErrorAs(t, err, &exit, "pyclient without a daemon:\n%s", out)
+	require.Contains(t, string(out), "pyclient: FAIL", "pyclient without a daemon: %v", err)
 }

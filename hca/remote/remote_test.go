@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/hcasim/hcasim/hca"
 	"github.com/hcasim/hcasim/hca/hcatest"
 	"github.com/hcasim/hcasim/hca/remote"
@@ -23,9 +25,7 @@ func dialer(path string) hcatest.Opener {
 	return func(t testing.TB) *verbs.Context {
 		t.Helper()
 		ctx, err := verbs.Dial(path)
-		if err != nil {
-			t.Fatalf("dial: %v", err)
-		}
+		require.NoError(t, err, "dial")
 		t.Cleanup(func() { ctx.Close() })
 		return ctx
 	}
@@ -57,9 +57,7 @@ func TestSuiteMixed(t *testing.T) {
 	path, _ := daemon(t, dev)
 	local := func(t testing.TB) *verbs.Context {
 		ctx, err := verbs.Open(dev)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		t.Cleanup(func() { ctx.Close() })
 		return ctx
 	}
@@ -78,9 +76,7 @@ func TestSuiteTwoDaemons(t *testing.T) {
 		fabrics[i] = hca.NewFabric()
 		dev := hca.New(hca.Options{Fabric: fabrics[i], LID: uint16(2 + i), Poll: 50 * time.Microsecond}) // the real ACK timeout (see hcatest's wirePair)
 		t.Cleanup(func() { dev.Close() })
-		if err := dev.ListenRoCE(hca.WireOptions{Addr: netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, x, y, byte(2 + i)}), 4791)}); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, dev.ListenRoCE(hca.WireOptions{Addr: netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, x, y, byte(2 + i)}), 4791)}))
 		paths[i], _ = daemon(t, dev)
 	}
 	hook := func(h func(*hca.WireMsg)) { fabrics[0].SetWireHook(h); fabrics[1].SetWireHook(h) }
