@@ -13,6 +13,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/hcasim/hcasim/cq"
@@ -37,9 +38,7 @@ type rawConn struct {
 func dialRaw(t testing.TB, path string) *rawConn {
 	t.Helper()
 	c, err := net.DialUnix("unixpacket", nil, &net.UnixAddr{Name: path, Net: "unixpacket"})
-	if err != nil {
-		t.Fatalf("dial: %v", err)
-	}
+	require.NoError(t, err, "dial")
 	t.Cleanup(func() { c.Close() })
 	return &rawConn{t: t, c: c}
 }
@@ -57,9 +56,7 @@ func (r *rawConn) send(pkt []byte, fds ...int) error {
 
 func (r *rawConn) mustSend(pkt []byte, fds ...int) {
 	r.t.Helper()
-	if err := r.send(pkt, fds...); err != nil {
-		r.t.Fatalf("send: %v", err)
-	}
+	require.NoError(r.t, r.send(pkt, fds...), "send")
 }
 
 var errEOF = errors.New("connection closed by the daemon")
@@ -105,49 +102,45 @@ func helloPayload(magic uint32, version uint16) []byte {
 func (r *rawConn) hello() {
 	r.t.Helper()
 	r.mustSend(remote.Encode(nil, remote.TypeHello, 1, helloPayload(remote.Magic, remote.Version)))
+	p := r.expectReply("hello", remote.TypeHello, 1)
+	require.Len(r.t, p, 12, "hello")
+	require.Zero(r.t, binary.BigEndian.Uint32(p), "hello: status")
+}
+
+// expectReply reads the next message: the reply to request id of type
+// typ. It returns the reply's payload.
+func (r *rawConn) expectReply(what string, typ remote.Type, id uint32) []byte {
+	r.t.Helper()
 	h, p, err := r.recv(5 * time.Second)
-	if err != nil || h.Type != remote.TypeHello|remote.ReplyBit || h.ID != 1 || len(p) != 12 || binary.BigEndian.Uint32(p) != 0 {
-		r.t.Fatalf("hello: %v %v %x", err, h.Type, p)
-	}
+	require.NoError(r.t, err, what)
+	require.Equal(r.t, typ|remote.ReplyBit, h.Type, "%s: %x", what, p)
+	require.Equal(r.t, id, h.ID, "%s: the reply's id", what)
+	return p
 }
 
 // expectError reads the next message: an ERROR for id with status st.
 func (r *rawConn) expectError(what string, id uint32, st remote.Status) {
 	r.t.Helper()
 	h, p, err := r.recv(5 * time.Second)
-	if err != nil {
-		r.t.Fatalf("%s: want ERROR %v, got %v", what, st, err)
-	}
-	if h.Type != remote.TypeError || len(p) < 4 {
-		r.t.Fatalf("%s: want ERROR %v, got %v %x", what, st, h.Type, p)
-	}
-	if got := remote.Status(binary.BigEndian.Uint32(p)); got != st || h.ID != id {
-		r.t.Fatalf("%s: want ERROR %v for id %d, got %v for id %d (%s)", what, st, id, got, h.ID, p[4:])
-	}
+	require.NoError(r.t, err, "%s: want ERROR %v", what, st)
+	require.Equal(r.t, remote.TypeError, h.Type, "%s: want ERROR %v, got %x", what, st, p)
+	require.GreaterOrEqual(r.t, len(p), 4, "%s: an ERROR without a status", what)
+	require.Equal(r.t, st, remote.Status(binary.BigEndian.Uint32(p)), "%s: ERROR for id %d (%s)", what, h.ID, p[4:])
+	require.Equal(r.t, id, h.ID, "%s: the ERROR's id", what)
 }
 
 // expectClosed waits for the daemon to close the connection.
 func (r *rawConn) expectClosed(what string) {
 	r.t.Helper()
-	for {
-		h, p, err := r.recv(5 * time.Second)
-		if err == errEOF {
-			return
-		}
-		if err != nil {
-			r.t.Fatalf("%s: the daemon did not close the connection: %v", what, err)
-		}
-		r.t.Fatalf("%s: a message where the connection should close: %v %x", what, h.Type, p)
-	}
+	h, p, err := r.recv(5 * time.Second)
+	require.ErrorIs(r.t, err, errEOF, "%s: the daemon did not close the connection (a message: %v %x)", what, h.Type, p)
 }
 
 // probe checks that the connection is still served: an UNMAP of an IOVA
 // never mapped is refused with NOT_MAPPED.
 func (r *rawConn) probe(what string) {
 	r.t.Helper()
-	if err := r.send(remote.Encode(nil, remote.TypeUnmap, 0x7777, make([]byte, 8))); err != nil {
-		r.t.Fatalf("%s: the connection is gone: %v", what, err)
-	}
+	require.NoError(r.t, r.send(remote.Encode(nil, remote.TypeUnmap, 0x7777, make([]byte, 8))), "%s: the connection is gone", what)
 	r.expectError(what+" (then a probe)", 0x7777, remote.StatusNotMapped)
 }
 
@@ -156,58 +149,35 @@ func (r *rawConn) probe(what string) {
 func healthy(t testing.TB, path string) {
 	t.Helper()
 	ctx, err := verbs.Dial(path)
-	if err != nil {
-		t.Fatalf("a well-behaved client: dial: %v", err)
-	}
+	require.NoError(t, err, "a well-behaved client: dial")
 	defer ctx.Close()
 	pd, err := ctx.AllocPD()
-	if err != nil {
-		t.Fatalf("a well-behaved client: alloc pd: %v", err)
-	}
+	require.NoError(t, err, "a well-behaved client: alloc pd")
 	buf, err := ctx.Alloc(8192)
-	if err != nil {
-		t.Fatalf("a well-behaved client: alloc: %v", err)
-	}
+	require.NoError(t, err, "a well-behaved client: alloc")
 	mr, err := pd.RegMR(buf, verbs.AccessLocalWrite)
-	if err != nil {
-		t.Fatalf("a well-behaved client: reg mr: %v", err)
-	}
-	if _, err := ctx.CreateCQ(16, nil); err != nil {
-		t.Fatalf("a well-behaved client: create cq: %v", err)
-	}
-	if err := mr.Dereg(); err != nil {
-		t.Fatalf("a well-behaved client: dereg: %v", err)
-	}
-	if err := ctx.Free(buf); err != nil {
-		t.Fatalf("a well-behaved client: free: %v", err)
-	}
+	require.NoError(t, err, "a well-behaved client: reg mr")
+	_, err = ctx.CreateCQ(16, nil)
+	require.NoError(t, err, "a well-behaved client: create cq")
+	require.NoError(t, mr.Dereg(), "a well-behaved client: dereg")
+	require.NoError(t, ctx.Free(buf), "a well-behaved client: free")
 }
 
 // stillWorks checks a client opened before the misbehaviour.
 func stillWorks(t testing.TB, ctx *verbs.Context) {
 	t.Helper()
 	pd, err := ctx.AllocPD()
-	if err != nil {
-		t.Fatalf("the long-lived client: alloc pd: %v", err)
-	}
-	if err := pd.Dealloc(); err != nil {
-		t.Fatalf("the long-lived client: dealloc pd: %v", err)
-	}
+	require.NoError(t, err, "the long-lived client: alloc pd")
+	require.NoError(t, pd.Dealloc(), "the long-lived client: dealloc pd")
 	buf, err := ctx.Alloc(4096)
-	if err != nil {
-		t.Fatalf("the long-lived client: alloc: %v", err)
-	}
-	if err := ctx.Free(buf); err != nil {
-		t.Fatalf("the long-lived client: free: %v", err)
-	}
+	require.NoError(t, err, "the long-lived client: alloc")
+	require.NoError(t, ctx.Free(buf), "the long-lived client: free")
 }
 
 func dial(t testing.TB, path string) *verbs.Context {
 	t.Helper()
 	ctx, err := verbs.Dial(path)
-	if err != nil {
-		t.Fatalf("dial: %v", err)
-	}
+	require.NoError(t, err, "dial")
 	t.Cleanup(func() { ctx.Close() })
 	return ctx
 }
@@ -226,9 +196,7 @@ func openFDs(t testing.TB) int {
 func memfd(t testing.TB, size int64, seals int) int {
 	t.Helper()
 	fd, err := unix.MemfdCreate("robust-test", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
-	if err != nil {
-		t.Fatalf("memfd: %v", err)
-	}
+	require.NoError(t, err, "memfd")
 	if err := unix.Ftruncate(fd, size); err != nil {
 		unix.Close(fd)
 		t.Fatalf("ftruncate %d: %v", size, err)
@@ -325,20 +293,14 @@ func TestMalformedMessages(t *testing.T) {
 		}
 		// An ARM_CQ with an id is answered, CQ or not.
 		r.mustSend(remote.Encode(nil, remote.TypeArmCQ, 30, []byte{0, 0, 0, 9, 0, 0, 0, 0}))
-		if h, p, err := r.recv(5 * time.Second); err != nil || h.Type != remote.TypeArmCQ|remote.ReplyBit || h.ID != 30 || len(p) != 4 {
-			t.Fatalf("ARM_CQ with an id: %v %v %x", err, h.Type, p)
-		}
+		require.Len(t, r.expectReply("ARM_CQ with an id", remote.TypeArmCQ, 30), 4, "ARM_CQ with an id")
 		// COMMANDs whose mailboxes are garbage get a mailbox with a status.
 		for i, in := range [][]byte{nil, {1}, make([]byte, 7), {0xFF, 0xFF, 0, 0, 0, 0, 0, 0}, make([]byte, remote.MaxMessage-remote.HeaderSize)} {
 			id := uint32(40 + i)
 			r.mustSend(remote.Encode(nil, remote.TypeCommand, id, in))
-			h, p, err := r.recv(5 * time.Second)
-			if err != nil || h.Type != remote.TypeCommand|remote.ReplyBit || h.ID != id || len(p) < hca.OutHeaderSize {
-				t.Fatalf("COMMAND %d: %v %v %x", i, err, h.Type, p)
-			}
-			if hca.Out(p).Status() == hca.StatusOK {
-				t.Errorf("COMMAND of %d garbage bytes succeeded", len(in))
-			}
+			p := r.expectReply(fmt.Sprintf("COMMAND %d", i), remote.TypeCommand, id)
+			require.GreaterOrEqual(t, len(p), hca.OutHeaderSize, "COMMAND %d: %x", i, p)
+			assert.NotEqual(t, hca.StatusOK, hca.Out(p).Status(), "COMMAND of %d garbage bytes succeeded", len(in))
 		}
 		// A descriptor with a message other than MAP_MEM is refused, and
 		// closed.
@@ -353,9 +315,7 @@ func TestMalformedMessages(t *testing.T) {
 			r.expectError(typ.String()+" with a descriptor", 50, remote.StatusBadFD)
 			r.probe(typ.String() + " with a descriptor")
 		}
-		if after := openFDs(t); after != before {
-			t.Errorf("%d descriptors before, %d after", before, after)
-		}
+		assert.Equal(t, before, openFDs(t), "descriptors before and after")
 		stillWorks(t, longLived)
 		healthy(t, path)
 	})
@@ -439,9 +399,7 @@ func serveWith(t testing.TB, s *remote.Server) string {
 	path, done := startServe(t, s)
 	t.Cleanup(func() {
 		s.Shutdown(0)
-		if err := <-done; err != nil {
-			t.Errorf("serve: %v", err)
-		}
+		assert.NoError(t, <-done, "serve")
 	})
 	return path
 }
@@ -452,9 +410,7 @@ func startServe(t testing.TB, s *remote.Server) (string, <-chan error) {
 	t.Helper()
 	path := t.TempDir() + "/hcasim.sock"
 	l, err := remote.Listen(path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	done := make(chan error, 1)
 	go func() { done <- s.Serve(l) }()
 	return path, done
@@ -491,24 +447,16 @@ func TestBadDescriptors(t *testing.T) {
 
 	regular := func(t testing.TB) int {
 		f, err := os.CreateTemp(t.TempDir(), "not-a-memfd")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := f.Truncate(1 << 20); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
+		require.NoError(t, f.Truncate(1<<20))
 		fd, err := unix.Dup(int(f.Fd()))
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		f.Close()
 		return fd
 	}
 	pipe := func(t testing.TB) int {
 		var p [2]int
-		if err := unix.Pipe2(p[:], unix.O_CLOEXEC); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, unix.Pipe2(p[:], unix.O_CLOEXEC))
 		unix.Close(p[1])
 		return p[0]
 	}
@@ -523,9 +471,7 @@ func TestBadDescriptors(t *testing.T) {
 	}
 	dir := func(t testing.TB) int {
 		fd, err := unix.Open(t.TempDir(), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		return fd
 	}
 	cases := []struct {
@@ -575,32 +521,26 @@ func TestBadDescriptors(t *testing.T) {
 	{
 		a, b := memfd(t, 4096, sealed), memfd(t, 4096, sealed)
 		oob := append(unix.UnixRights(a), unix.UnixRights(b)...)
-		if _, _, err := r.c.WriteMsgUnix(remote.Encode(nil, remote.TypeMapMem, 99, mapPayload(4096, 4096)), oob, nil); err != nil {
-			t.Fatal(err)
-		}
+		_, _, err := r.c.WriteMsgUnix(remote.Encode(nil, remote.TypeMapMem, 99, mapPayload(4096, 4096)), oob, nil)
+		require.NoError(t, err)
 		unix.Close(a)
 		unix.Close(b)
 		r.expectError("two control messages", 99, remote.StatusBadFD)
 		r.probe("two control messages")
 	}
-	if after := openFDs(t); after != before {
-		t.Errorf("%d descriptors before, %d after", before, after)
-	}
-	if after := dmaMappings(t); after != maps {
-		t.Errorf("%d memfd mappings before, %d after", maps, after)
-	}
+	assert.Equal(t, before, openFDs(t), "descriptors before and after")
+	assert.Equal(t, maps, dmaMappings(t), "memfd mappings before and after")
 	// A good MAP_MEM on the same connection works, and UNMAP undoes it.
 	fd := memfd(t, 8192, sealed)
 	r.mustSend(remote.Encode(nil, remote.TypeMapMem, 200, mapPayload(8192, 4096)), fd)
 	unix.Close(fd)
-	h, p, err := r.recv(5 * time.Second)
-	if err != nil || h.Type != remote.TypeMapMem|remote.ReplyBit || h.ID != 200 || len(p) != 16 || binary.BigEndian.Uint32(p) != 0 {
-		t.Fatalf("a good MAP_MEM: %v %v %x", err, h.Type, p)
-	}
+	p := r.expectReply("a good MAP_MEM", remote.TypeMapMem, 200)
+	require.Len(t, p, 16, "a good MAP_MEM")
+	require.Zero(t, binary.BigEndian.Uint32(p), "a good MAP_MEM: status")
 	r.mustSend(remote.Encode(nil, remote.TypeUnmap, 201, p[8:16]))
-	if h, p, err := r.recv(5 * time.Second); err != nil || h.Type != remote.TypeUnmap|remote.ReplyBit || h.ID != 201 || binary.BigEndian.Uint32(p) != 0 {
-		t.Fatalf("UNMAP: %v %v %x", err, h.Type, p)
-	}
+	up := r.expectReply("UNMAP", remote.TypeUnmap, 201)
+	require.GreaterOrEqual(t, len(up), 4, "UNMAP")
+	require.Zero(t, binary.BigEndian.Uint32(up), "UNMAP: status")
 	r.mustSend(remote.Encode(nil, remote.TypeUnmap, 202, p[8:16]))
 	r.expectError("a second UNMAP", 202, remote.StatusNotMapped)
 
@@ -619,9 +559,8 @@ func TestBadDescriptors(t *testing.T) {
 			unix.Close(fd)
 		}
 		if err == nil {
-			h, p, err := r.recv(5 * time.Second)
-			if err == nil && h.Type != remote.TypeError {
-				t.Fatalf("64 descriptors: %v %x", h.Type, p)
+			if h, p, err := r.recv(5 * time.Second); err == nil {
+				require.Equal(t, remote.TypeError, h.Type, "64 descriptors: %x", p)
 			}
 		}
 		r.c.Close()
@@ -635,9 +574,7 @@ func TestBadDescriptors(t *testing.T) {
 func connFD(t testing.TB, c *net.UnixConn) int {
 	t.Helper()
 	sc, err := c.SyscallConn()
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	var fd int
 	sc.Control(func(f uintptr) { fd = int(f) })
 	return fd
@@ -675,15 +612,12 @@ func newNode(t testing.TB, ctx *verbs.Context, size int, acc verbs.Access) *node
 	t.Helper()
 	n := &node{ctx: ctx}
 	var err error
-	if n.pd, err = ctx.AllocPD(); err != nil {
-		t.Fatal(err)
-	}
-	if n.buf, err = ctx.Alloc(size); err != nil {
-		t.Fatal(err)
-	}
-	if n.mr, err = n.pd.RegMR(n.buf, acc); err != nil {
-		t.Fatal(err)
-	}
+	n.pd, err = ctx.AllocPD()
+	require.NoError(t, err)
+	n.buf, err = ctx.Alloc(size)
+	require.NoError(t, err)
+	n.mr, err = n.pd.RegMR(n.buf, acc)
+	require.NoError(t, err)
 	return n
 }
 
@@ -696,41 +630,34 @@ func (n *node) ep(t testing.TB, ch *verbs.CompChannel) *endpoint {
 	t.Helper()
 	e := &endpoint{}
 	var err error
-	if e.scq, err = n.ctx.CreateCQ(256, ch); err != nil {
-		t.Fatal(err)
-	}
-	if e.rcq, err = n.ctx.CreateCQ(256, ch); err != nil {
-		t.Fatal(err)
-	}
-	if e.qp, err = n.pd.CreateQP(&verbs.QPInitAttr{SendCQ: e.scq, RecvCQ: e.rcq,
-		Cap: verbs.QPCap{MaxSendWR: 64, MaxRecvWR: 64, MaxSendSGE: 2, MaxRecvSGE: 2}}); err != nil {
-		t.Fatal(err)
-	}
+	e.scq, err = n.ctx.CreateCQ(256, ch)
+	require.NoError(t, err)
+	e.rcq, err = n.ctx.CreateCQ(256, ch)
+	require.NoError(t, err)
+	e.qp, err = n.pd.CreateQP(&verbs.QPInitAttr{SendCQ: e.scq, RecvCQ: e.rcq,
+		Cap: verbs.QPCap{MaxSendWR: 64, MaxRecvWR: 64, MaxSendSGE: 2, MaxRecvSGE: 2}})
+	require.NoError(t, err)
 	return e
 }
 
 func connectEPs(t testing.TB, a, b *endpoint, ao, bo *verbs.ConnectOptions) {
 	t.Helper()
-	if err := a.qp.Connect(b.qp.Info(), ao); err != nil {
-		t.Fatal(err)
-	}
-	if err := b.qp.Connect(a.qp.Info(), bo); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, a.qp.Connect(b.qp.Info(), ao))
+	require.NoError(t, b.qp.Connect(a.qp.Info(), bo))
 }
 
 func post(t testing.TB, e *endpoint, wrs ...verbs.SendWR) {
 	t.Helper()
-	if n, err := e.qp.PostSend(wrs); err != nil || n != len(wrs) {
-		t.Fatalf("post send: %d of %d: %v", n, len(wrs), err)
-	}
+	n, err := e.qp.PostSend(wrs)
+	require.NoError(t, err, "post send")
+	require.Equal(t, len(wrs), n, "post send: WRs posted")
 }
 
 func postRecv(t testing.TB, e *endpoint, wrs ...verbs.RecvWR) {
 	t.Helper()
-	if n, err := e.qp.PostRecv(wrs); err != nil || n != len(wrs) {
-		t.Fatalf("post recv: %d of %d: %v", n, len(wrs), err)
-	}
+	n, err := e.qp.PostRecv(wrs)
+	require.NoError(t, err, "post recv")
+	require.Equal(t, len(wrs), n, "post recv: WRs posted")
 }
 
 // pollN waits for n completions.
@@ -741,9 +668,7 @@ func pollN(t testing.TB, c *verbs.CQ, n int, d time.Duration) []verbs.WC {
 	deadline := time.Now().Add(d)
 	for len(out) < n {
 		k, err := c.Poll(wcs[:min(len(wcs), n-len(out))])
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		out = append(out, wcs[:k]...)
 		if k == 0 {
 			if time.Now().After(deadline) {
@@ -813,13 +738,9 @@ func TestUnmappedIOVAs(t *testing.T) {
 	}
 	// A CQ whose ring is A's but doorbell record is not.
 	abuf, err := a.ctx.Alloc(1 << 16)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	amr, err := a.pd.RegMR(abuf, verbs.AccessLocalWrite)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	if out := cmd(hca.NewIn(hca.CmdCreateCQ, hca.CQInSize).Put8(hca.CQInLogSize, 4).Put64(hca.CQInRing, amr.Addr).Put64(hca.CQInDBRec, foreign)); out.Status() == hca.StatusOK {
 		t.Errorf("CREATE_CQ with its doorbell record at %#x (B's) succeeded", foreign)
 	}
@@ -828,9 +749,7 @@ func TestUnmappedIOVAs(t *testing.T) {
 		t.Errorf("CREATE_CQ with a 256 KiB ring in 64 KiB of memory succeeded")
 	}
 	scq, err := a.ctx.CreateCQ(16, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	for _, q := range []struct{ sq, rq, db uint64 }{{foreign, amr.Addr, amr.Addr + 0x8000}, {amr.Addr, foreign, amr.Addr + 0x8000}, {amr.Addr, amr.Addr + 0x4000, foreign}, {0, 0, 0}} {
 		in := hca.NewIn(hca.CmdCreateQP, hca.QPInSize).Put32(hca.QPInPD, a.pd.Handle()).Put32(hca.QPInSendCQ, scq.Handle()).Put32(hca.QPInRecvCQ, scq.Handle())
 		in.Put8(hca.QPInLogSQ, 6).Put8(hca.QPInLogRQ, 6).Put8(hca.QPInLogStride, 5)
@@ -906,16 +825,12 @@ func TestForeignKeys(t *testing.T) {
 	var bmrs []*verbs.MR
 	for range 6 {
 		buf, err := b.ctx.Alloc(1 << 16)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		for i := range buf {
 			buf[i] = 0xBB
 		}
 		mr, err := b.pd.RegMR(buf, all)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		bmrs = append(bmrs, mr)
 	}
 	bmr := bmrs[len(bmrs)-1]
@@ -973,13 +888,9 @@ func TestForeignKeys(t *testing.T) {
 		t.Errorf("the WRITE did not land: %x", bmr.Buf[:72])
 	}
 	roBuf, err := b.ctx.Alloc(4096)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	ro, err := b.pd.RegMR(roBuf, verbs.AccessLocalWrite|verbs.AccessRemoteRead)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	post(t, ea, write(5, a.mr.SGE(0, 64), ro.Addr, ro.RKey))
 	if wc := ok(t, ea.scq, 1, 5*time.Second)[0]; wc.WRID != 5 || wc.Status != verbs.WCRemAccessErr {
 		t.Errorf("a WRITE to B's read-only MR: %+v, want REM_ACCESS_ERR", wc)
@@ -1012,14 +923,10 @@ func TestForeignDoorbells(t *testing.T) {
 	path, _ := daemon(t, dev)
 	const all = verbs.AccessLocalWrite | verbs.AccessRemoteWrite | verbs.AccessRemoteRead
 	cl, err := remote.Dial(path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	held := &heldRings{Function: cl}
 	bctx, err := verbs.New(held)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	t.Cleanup(func() { bctx.Close() })
 	b := newNode(t, bctx, 1<<16, all)
 	a := newNode(t, dial(t, path), 1<<16, all)
@@ -1107,17 +1014,11 @@ func TestPeerDies(t *testing.T) {
 		ea := a.ep(t, nil)
 		baseline := dmaMappings(t)
 		uc, err := net.DialUnix("unixpacket", nil, &net.UnixAddr{Name: path, Net: "unixpacket"})
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		cl, err := remote.NewClient(uc)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		bctx, err := verbs.New(cl)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		b := newNode(t, bctx, size, all)
 		eb := b.ep(t, nil)
 		// B's mappings show twice: B's and the daemon's.
@@ -1222,16 +1123,12 @@ func TestMaxMaps(t *testing.T) {
 	path := serveWith(t, &remote.Server{Dev: dev, MaxMaps: 3})
 	for range 2 {
 		cl, err := remote.Dial(path)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		defer cl.Close()
 		var iovas []uint64
 		for range 3 {
 			_, iova, err := cl.AllocDMA(4096, 4096)
-			if err != nil {
-				t.Fatalf("map within the limit: %v", err)
-			}
+			require.NoError(t, err, "map within the limit")
 			iovas = append(iovas, iova)
 		}
 		_, _, err = cl.AllocDMA(4096, 4096)
@@ -1239,9 +1136,7 @@ func TestMaxMaps(t *testing.T) {
 		if !errors.As(err, &se) || se.Status != remote.StatusNoMemory || !strings.Contains(se.Reason, "limit") {
 			t.Fatalf("a 4th mapping with MaxMaps 3: %v, want NO_MEMORY naming the limit", err)
 		}
-		if err := cl.FreeDMA(iovas[1]); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, cl.FreeDMA(iovas[1]))
 		if _, _, err := cl.AllocDMA(4096, 4096); err != nil {
 			t.Fatalf("a mapping after a free: %v", err)
 		}
@@ -1259,14 +1154,10 @@ func TestMaxMappedBytes(t *testing.T) {
 	t.Cleanup(func() { dev.Close() })
 	path, _ := daemon(t, dev)
 	a, err := remote.Dial(path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer a.Close()
 	_, iova, err := a.AllocDMA(512<<10, 4096)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	_, _, err = a.AllocDMA(768<<10, 4096)
 	var se *remote.StatusError
 	if !errors.As(err, &se) || se.Status != remote.StatusNoMemory || se.Reason == "" {
@@ -1277,16 +1168,12 @@ func TestMaxMappedBytes(t *testing.T) {
 		t.Fatalf("mapping within the limit after a refusal: %v", err)
 	}
 	b, err := remote.Dial(path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer b.Close()
 	if _, _, err := b.AllocDMA(1<<20, 4096); err != nil {
 		t.Fatalf("another function's 1 MiB: %v", err)
 	}
-	if err := a.FreeDMA(iova); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, a.FreeDMA(iova))
 	if _, _, err := a.AllocDMA(768<<10, 4096); err != nil {
 		t.Fatalf("mapping after a free: %v", err)
 	}
@@ -1308,9 +1195,7 @@ func TestObjectLimits(t *testing.T) {
 	for range 2 {
 		ctx := dial(t, path)
 		pd, err := ctx.AllocPD()
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		if _, err := ctx.AllocPD(); err != nil {
 			t.Fatal(err)
 		}
@@ -1319,9 +1204,7 @@ func TestObjectLimits(t *testing.T) {
 			t.Errorf("a 3rd PD with MaxPD 2: %v", err)
 		}
 		c1, err := ctx.CreateCQ(16, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		if _, err := ctx.CreateCQ(16, nil); err != nil {
 			t.Fatal(err)
 		}
@@ -1349,13 +1232,9 @@ func TestListen(t *testing.T) {
 	dir := t.TempDir()
 	path := dir + "/hcasim.sock"
 	l, err := remote.Listen(path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	fi, err := os.Lstat(path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	if fi.Mode()&os.ModeSocket == 0 || fi.Mode().Perm() != 0o600 {
 		t.Errorf("socket mode %v, want a socket with 0600", fi.Mode())
 	}
@@ -1376,21 +1255,15 @@ func TestListen(t *testing.T) {
 	// A stale socket (a daemon that died without removing it).
 	stale := dir + "/stale.sock"
 	sl, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: stale, Net: "unixpacket"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	sl.SetUnlinkOnClose(false)
 	sl.Close()
 	l2, err := remote.Listen(stale)
-	if err != nil {
-		t.Fatalf("Listen over a stale socket: %v", err)
-	}
+	require.NoError(t, err, "Listen over a stale socket")
 	l2.Close()
 	// Not sockets.
 	regular := dir + "/file"
-	if err := os.WriteFile(regular, []byte("keep me"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, os.WriteFile(regular, []byte("keep me"), 0o644))
 	if _, err := remote.Listen(regular); err == nil {
 		t.Errorf("Listen replaced a regular file")
 	}
@@ -1513,19 +1386,13 @@ func TestHeldAddressSpace(t *testing.T) {
 	t.Cleanup(func() { dev.Close() })
 	path := serveWith(t, &remote.Server{Dev: dev, MaxMaps: 4, MaxHeldBytes: 1 << 20})
 	cl, err := remote.Dial(path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer cl.Close()
 
 	for i := range 50 {
 		_, iova, err := cl.AllocDMA(64<<10, 4096)
-		if err != nil {
-			t.Fatalf("same-size churn, round %d: %v", i, err)
-		}
-		if err := cl.FreeDMA(iova); err != nil {
-			t.Fatalf("same-size churn, round %d: %v", i, err)
-		}
+		require.NoError(t, err, "same-size churn, round %d", i)
+		require.NoError(t, cl.FreeDMA(iova), "same-size churn, round %d", i)
 	}
 
 	// Held now: 64 KiB. Growing sizes cannot reuse it.
@@ -1533,14 +1400,10 @@ func TestHeldAddressSpace(t *testing.T) {
 	var big uint64
 	for _, n := range []int{256 << 10, 512 << 10, 1 << 20} {
 		mem, iova, err := cl.AllocDMA(n, 4096)
-		if err != nil {
-			t.Fatalf("map %d bytes: %v", n, err)
-		}
+		require.NoError(t, err, "map %d bytes", n)
 		err = cl.FreeDMA(iova)
 		if n < 1<<20 {
-			if err != nil {
-				t.Fatalf("unmap %d bytes within the held limit: %v", n, err)
-			}
+			require.NoError(t, err, "unmap %d bytes within the held limit", n)
 			continue
 		}
 		if !errors.As(err, &se) || se.Status != remote.StatusNoMemory || !strings.Contains(se.Reason, "limit") {
@@ -1562,9 +1425,7 @@ func TestHeldAddressSpace(t *testing.T) {
 			t.Fatalf("map %d bytes reusing a held region: %v", n, err)
 		}
 	}
-	if err := cl.FreeDMA(big); err != nil {
-		t.Fatalf("unmap once the held regions are reused: %v", err)
-	}
+	require.NoError(t, cl.FreeDMA(big), "unmap once the held regions are reused")
 	if cl.Err() != nil {
 		t.Fatalf("the connection ended: %v", cl.Err())
 	}
@@ -1582,9 +1443,7 @@ func TestShutdownGrace(t *testing.T) {
 		path, done := startServe(t, s)
 		const all = verbs.AccessLocalWrite | verbs.AccessRemoteWrite | verbs.AccessRemoteRead
 		ctx, err := verbs.Dial(path)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		t.Cleanup(func() { ctx.Close() })
 		n := newNode(t, ctx, 1<<12, all)
 		_ = n.ep(t, nil) // a QP to quiesce at once
@@ -1598,9 +1457,7 @@ func TestShutdownGrace(t *testing.T) {
 		go func() { s.Shutdown(grace); close(stopped) }()
 		time.Sleep(20 * time.Millisecond)
 		late := n.ep(t, nil) // created and connected during the grace period
-		if err := late.qp.Connect(late.qp.Info(), nil); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, late.qp.Connect(late.qp.Info(), nil))
 		postRecv(t, late, verbs.RecvWR{WRID: 21, SG: []verbs.SGE{n.mr.SGE(0, 64)}})
 		quiet(t, late.rcq, 20*time.Millisecond, "a receive posted during the grace period")
 		if leave {
@@ -1633,9 +1490,7 @@ func TestShutdownGrace(t *testing.T) {
 func TestReplyTimeout(t *testing.T) {
 	path := t.TempDir() + "/mute.sock"
 	l, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: path, Net: "unixpacket"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer l.Close()
 	got := make(chan int, 1)
 	go func() {
