@@ -1,7 +1,6 @@
 package verbs
 
 import (
-	"encoding/binary"
 	"fmt"
 	"sync"
 
@@ -10,7 +9,6 @@ import (
 	"github.com/hcasim/hcasim/internal/dma"
 	"github.com/hcasim/hcasim/klm"
 	"github.com/hcasim/hcasim/sq"
-	"github.com/hcasim/hcasim/umr"
 )
 
 // QPState is a QP state as the verbs API names them.
@@ -575,206 +573,76 @@ func (qp *QP) fence(wr *SendWR) sq.Fence {
 	return sq.FenceNone
 }
 
-var wqeOpcodes = [numWROpcodes]sq.Opcode{
-	WRSend: sq.OpSend, WRSendWithImm: sq.OpSendImm, WRSendWithInv: sq.OpSendInval,
-	WRRDMAWrite: sq.OpRDMAWrite, WRRDMAWriteWithImm: sq.OpRDMAWriteImm, WRRDMARead: sq.OpRDMARead,
-	WRAtomicCmpSwp: sq.OpAtomicCS, WRAtomicFetchAdd: sq.OpAtomicFA, WRLocalInv: sq.OpUMR, WRRegMR: sq.OpUMR,
+// umrFence returns the fence of UMRs that mlx5 takes from the umr_fence cap.
+func (qp *QP) umrFence() sq.Fence {
+	switch qp.ctx.caps.UMRFence {
+	case 0:
+		return sq.FenceStrongOrdering
+	case 1:
+		return sq.FenceInitiatorSmall
+	}
+	return sq.FenceNone
 }
 
-// post builds one WR's WQE in scratch and copies it into the ring. Called
+// post builds one WR's WQEs and copies them into the ring. Each WR family
+// builds its segments in its own file and finishes every WQE through
+// postWQE: SEND, RDMA and atomics in wr_rdma.go, fast registration in
+// wr_umr.go, local invalidate in wr_inv.go, the integrity registrations
+// in wr_integrity.go and the mlx5dv mkey configure in wr_mkey.go. Called
 // with smu held.
 func (qp *QP) post(wr *SendWR) error {
-	switch {
-	case wr.Opcode == WRRegMRIntegrity || wr.Opcode == WRRegSigMR:
+	switch wr.Opcode {
+	case WRRegMRIntegrity, WRRegSigMR:
 		return qp.postIntegrity(wr)
-	case wr.Opcode == WRMkeyConfigure:
+	case WRMkeyConfigure:
 		return qp.postMkeyConfigure(wr)
-	case wr.Opcode >= numWROpcodes:
+	case WRRegMR:
+		return qp.postRegMR(wr)
+	case WRLocalInv:
+		return qp.postLocalInv(wr)
+	}
+	if wr.Opcode >= numWROpcodes {
 		return ErrBadOpcode
 	}
-	w := qp.scratch[:]
-	clear(w)
-	seg := w[sq.CtrlSegSize:]
-	n := 0 // bytes of segments after the control segment
-	imm := uint32(0)
-	op := wqeOpcodes[wr.Opcode]
-	switch wr.Opcode {
-	case WRSendWithImm, WRRDMAWriteWithImm:
-		imm = wr.Imm
-	case WRSendWithInv:
-		imm = wr.InvalidateRKey
-	}
-	switch wr.Opcode {
-	case WRRDMAWrite, WRRDMAWriteWithImm, WRRDMARead, WRAtomicCmpSwp, WRAtomicFetchAdd:
-		sq.RaddrSeg(seg).Encode(&sq.RaddrFields{Addr: wr.RemoteAddr, RKey: wr.RKey})
-		n += sq.RaddrSegSize
-	}
-	switch wr.Opcode {
-	case WRAtomicCmpSwp:
-		sq.AtomicSeg(seg[n:]).Encode(&sq.AtomicFields{SwapAdd: wr.Swap, Compare: wr.CompareAdd})
-		n += sq.AtomicSize
-	case WRAtomicFetchAdd:
-		sq.AtomicSeg(seg[n:]).Encode(&sq.AtomicFields{SwapAdd: wr.CompareAdd})
-		n += sq.AtomicSize
-	}
-	switch wr.Opcode {
-	case WRLocalInv:
-		imm = wr.InvalidateRKey
-		n += qp.localInvSegs(seg)
-	case WRRegMR:
-		k, err := qp.regMRSegs(seg, wr)
-		if err != nil {
-			return err
-		}
-		imm = wr.Key
-		n += k
-	default:
-		k, err := qp.dataSegs(seg[n:], wr)
-		if err != nil {
-			return err
-		}
-		n += k
-	}
-	ds := (sq.CtrlSegSize + n) / sq.SegSize
-	nbb := sq.WQEBBs(uint8(ds))
-	size := uint16(1) << qp.sqLog
-	if qp.curPost+uint16(nbb)-qp.sqTail > size {
+	return qp.postRDMA(wr)
+}
+
+// postWQE finishes a WQE built in w: it writes the control segment (ds
+// 16-byte segments in all, the segments after the control segment
+// already in w) and copies the WQE into the ring. The WQE asks for a CQE
+// when wr is signaled or the QP signals all; it is solicited when se is
+// or wr is. Called with smu held.
+func (qp *QP) postWQE(wr *SendWR, w []byte, op sq.Opcode, ds uint8, fence sq.Fence, imm uint32, se bool) error {
+	nbb := sq.WQEBBs(ds)
+	if !qp.room(nbb) {
 		return ErrRingFull
 	}
 	ce := uint8(0)
 	if wr.Flags&SendSignaled != 0 || qp.sigAll {
 		ce = sq.CECQUpdate
 	}
-	fence := qp.fence(wr)
-	if wr.Opcode == WRRegMR {
-		// A registration takes the umr_fence cap's fence and arms
-		// INITIATOR_SMALL for the rest of the post and the next one's
-		// first WR.
-		fence = qp.umrFence()
-		qp.postNext = sq.FenceInitiatorSmall
-	}
-	sq.CtrlSeg(w).Encode(&sq.CtrlFields{
-		WQEIndex: qp.curPost, Opcode: op, QPN: qp.qpn, DS: uint8(ds), Fence: fence, CE: ce,
-		SE: wr.Flags&SendSolicited != 0, Imm: imm,
-	})
-	qp.fmCache = qp.postNext
-	// Copy into the ring, wrapping at its end.
-	start := int(qp.curPost&(size-1)) * sq.WQEBBSize
-	k := copy(qp.sqBuf[start:], w[:nbb*sq.WQEBBSize])
-	copy(qp.sqBuf, w[k:nbb*sq.WQEBBSize])
-	slot := qp.curPost & (size - 1)
-	qp.wrid[slot], qp.wrop[slot], qp.nbb[slot] = wr.WRID, wr.Opcode, uint8(nbb)
-	qp.curPost += uint16(nbb)
+	sq.CtrlSeg(w).Encode(&sq.CtrlFields{WQEIndex: qp.curPost, Opcode: op, QPN: qp.qpn, DS: ds, Fence: fence, CE: ce,
+		SE: se || wr.Flags&SendSolicited != 0, Imm: imm})
+	qp.put(w[:nbb*sq.WQEBBSize], wr.WRID, wr.Opcode)
 	return nil
 }
 
-// dataSegs writes a WR's SGEs, or its data inline, and returns the bytes.
-// As mlx5 (and rdma-core) do, an SGE of length 0 gets no data segment,
-// and SendInline with no SGEs writes no inline segment (one with SGEs of
-// length 0 writes an empty one).
-func (qp *QP) dataSegs(seg []byte, wr *SendWR) (int, error) {
-	if wr.Flags&SendInline != 0 && len(wr.SG) > 0 {
-		if wr.Opcode == WRRDMARead || wr.Opcode == WRAtomicCmpSwp || wr.Opcode == WRAtomicFetchAdd {
-			return 0, fmt.Errorf("inline %d: %w", wr.Opcode, ErrInvalid)
-		}
-		total := 0
-		for _, s := range wr.SG {
-			total += int(s.Length)
-		}
-		if total > qp.cap.MaxInline {
-			return 0, fmt.Errorf("%d inline bytes, at most %d: %w", total, qp.cap.MaxInline, ErrInlineTooBig)
-		}
-		binary.BigEndian.PutUint32(seg, uint32(total)|sq.InlineFlag)
-		off := 4
-		for _, s := range wr.SG {
-			b, err := qp.ctx.readLocal(qp.pd, s)
-			if err != nil {
-				return 0, err
-			}
-			off += copy(seg[off:], b)
-		}
-		return (off + 15) &^ 15, nil
-	}
-	if len(wr.SG) > qp.cap.MaxSendSGE {
-		return 0, fmt.Errorf("%d SGEs, at most %d: %w", len(wr.SG), qp.cap.MaxSendSGE, ErrTooManySGE)
-	}
-	n := 0
-	for _, s := range wr.SG {
-		if s.Length == 0 {
-			continue
-		}
-		sq.DataSeg(seg[n:]).Encode(&sq.DataFields{ByteCount: s.Length, LKey: s.LKey, Addr: s.Addr})
-		n += sq.DataSegSize
-	}
-	return n, nil
+// room reports whether nbb more WQEBBs fit in the send queue.
+func (qp *QP) room(nbb int) bool {
+	return qp.curPost+uint16(nbb)-qp.sqTail <= uint16(1)<<qp.sqLog
 }
 
-// readLocal returns the bytes an inline SGE names: the driver copies
-// inline data from the buffer itself, as a CPU does.
-func (c *Context) readLocal(pd *PD, s SGE) ([]byte, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for _, al := range c.allocs {
-		if s.Addr >= al.iova && s.Addr+uint64(s.Length) <= al.iova+uint64(len(al.buf)) {
-			o := s.Addr - al.iova
-			return al.buf[o : o+uint64(s.Length)], nil
-		}
-	}
-	for _, mr := range c.regs {
-		if s.Addr >= mr.Addr && s.Addr+uint64(s.Length) <= mr.Addr+uint64(len(mr.Buf)) {
-			o := s.Addr - mr.Addr
-			return mr.Buf[o : o+uint64(s.Length)], nil
-		}
-	}
-	return nil, fmt.Errorf("inline data at %#x: %w", s.Addr, ErrNotDMA)
-}
-
-// localInvSegs writes LOCAL_INV's UMR segments (mlx5-integrity.md §2.7).
-func (qp *QP) localInvSegs(seg []byte) int {
-	umr.CtrlSeg(seg).Encode(&umr.CtrlFields{Flags: umr.FlagInline, Mask: umr.MaskInvalidate})
-	umr.MkeySeg(seg[umr.CtrlSegSize:]).Encode(&umr.MkeyFields{Free: true})
-	return umr.CtrlSegSize + umr.MkeySegSize
-}
-
-// regMRSegs writes REG_MR's UMR segments as mlx5's set_reg_wr: the
-// translation inline when it fits in 64 bytes, else a data segment
-// pointing to the MR's descriptor list.
-func (qp *QP) regMRSegs(seg []byte, wr *SendWR) (int, error) {
-	mr := wr.MR
-	if mr == nil || mr.typ != MRTypeMemReg {
-		return 0, fmt.Errorf("REG_MR without a fast-registration MR: %w", ErrInvalid)
-	}
-	if wr.Access&(AccessRemoteWrite|AccessRemoteAtomic) != 0 && wr.Access&AccessLocalWrite == 0 {
-		return 0, fmt.Errorf("REG_MR access %#x: %w", wr.Access, ErrInvalid)
-	}
-	mr.mu.Lock()
-	ndescs, addr, length := mr.ndescs, mr.Addr, mr.Len
-	mr.mu.Unlock()
-	listBytes := ndescs * klm.MTTSize
-	xltOcto := (listBytes + 63) &^ 63 / klm.OctowordSize
-	inline := listBytes <= 64
-	// set_reg_wr(check_not_free = true): the UMR fails on a key that is
-	// not free, so an FRWR key must be invalidated before it is
-	// registered again.
-	c := umr.CtrlFields{Flags: umr.FlagCheckNotFree, XLTOctowords: uint16(xltOcto), Mask: umr.MaskFastReg}
-	if wr.Access&AccessRemoteAtomic != 0 {
-		c.Mask |= umr.MaskA // mlx5's frwr_mkey_mask(atomic)
-	}
-	if inline {
-		c.Flags |= umr.FlagInline
-	}
-	umr.CtrlSeg(seg).Encode(&c)
-	umr.MkeySeg(seg[umr.CtrlSegSize:]).Encode(&umr.MkeyFields{
-		Access: wr.Access.mkey(), UMREnabled: true, Mode: klm.ModeMTT, QPN: 0xFFFFFF, Variant: klm.Key(wr.Key).Variant(),
-		RemoteInvalidate: true, StartAddr: addr, Len: length, XLTOctowords: uint32((ndescs + 7) &^ 7 / 2), LogPageSize: pageShift,
-	})
-	n := umr.CtrlSegSize + umr.MkeySegSize
-	if inline {
-		copy(seg[n:], mr.descs[:listBytes])
-		return n + 64, nil
-	}
-	sq.DataSeg(seg[n:]).Encode(&sq.DataFields{ByteCount: uint32(xltOcto * klm.OctowordSize), LKey: uint32(klm.ReservedLKey), Addr: mr.descIO})
-	return n + sq.DataSegSize, nil
+// put copies a whole WQE (w, whole WQEBBs) into the ring at the producer
+// counter, wrapping at the ring's end, records the work request it
+// completes as, and moves the counter on. The caller checked room.
+func (qp *QP) put(w []byte, wrid uint64, op WROpcode) {
+	size := uint16(1) << qp.sqLog
+	slot := qp.curPost & (size - 1)
+	k := copy(qp.sqBuf[int(slot)*sq.WQEBBSize:], w)
+	copy(qp.sqBuf, w[k:])
+	nbb := len(w) / sq.WQEBBSize
+	qp.wrid[slot], qp.wrop[slot], qp.nbb[slot] = wrid, op, uint8(nbb)
+	qp.curPost += uint16(nbb)
 }
 
 // sendDone turns a send CQE into a work completion and retires the WQEs up
@@ -847,20 +715,14 @@ func (qp *QP) PostRawWQE(wqe []byte, wrid uint64) error {
 		qp.smu.Unlock()
 		return fmt.Errorf("post raw WQE in %v: %w", qp.state, ErrQPState)
 	}
-	size := uint16(1) << qp.sqLog
-	if qp.curPost+uint16(nbb)-qp.sqTail > size {
+	if !qp.room(nbb) {
 		qp.smu.Unlock()
 		return ErrRingFull
 	}
 	w := qp.scratch[:nbb*sq.WQEBBSize]
 	clear(w)
 	copy(w, wqe)
-	start := int(qp.curPost&(size-1)) * sq.WQEBBSize
-	k := copy(qp.sqBuf[start:], w)
-	copy(qp.sqBuf, w[k:])
-	slot := qp.curPost & (size - 1)
-	qp.wrid[slot], qp.wrop[slot], qp.nbb[slot] = wrid, WRSend, uint8(nbb)
-	qp.curPost += uint16(nbb)
+	qp.put(w, wrid, WRSend)
 	cur := qp.curPost
 	qp.smu.Unlock()
 	qp.ringSQ(cur)
