@@ -1,11 +1,12 @@
 package sq
 
 import (
-	"bytes"
 	"encoding/hex"
-	"errors"
 	"strings"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/hcasim/hcasim/internal/dma"
 )
@@ -13,9 +14,7 @@ import (
 func unhex(t *testing.T, s string) []byte {
 	t.Helper()
 	b, err := hex.DecodeString(strings.Join(strings.Fields(s), ""))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err, "hex %q", s)
 	return b
 }
 
@@ -33,48 +32,36 @@ func TestCtrlSegGolden(t *testing.T) {
 			CtrlFields{OpMod: 1, WQEIndex: 0xffff, Opcode: OpUMR, QPN: 0x123, DS: 12, Fence: FenceSmallAndFence, CE: CECQUpdate, Imm: 0x01cdab00}},
 	} {
 		b := unhex(t, tc.hex)
-		if got := CtrlSeg(b).Fields(); got != tc.f {
-			t.Errorf("% x decodes as %+v, want %+v", b, got, tc.f)
-		}
+		assert.Equal(t, tc.f, CtrlSeg(b).Fields(), "% x decodes", b)
 		enc := make(CtrlSeg, CtrlSegSize)
 		enc.Encode(&tc.f)
-		if !bytes.Equal(enc, b) {
-			t.Errorf("%+v encodes as % x, want % x", tc.f, []byte(enc), b)
-		}
+		assert.Equal(t, b, []byte(enc), "%+v encodes", tc.f)
 	}
 	d := unhex(t, "00 00 10 40 00 c0 ff ee 00 00 7f 00 12 34 50 00")
 	want := DataFields{ByteCount: 4160, LKey: 0xc0ffee, Addr: 0x7f0012345000}
-	if got := DataSeg(d).Fields(); got != want {
-		t.Errorf("data seg %+v", got)
-	}
+	assert.Equal(t, want, DataSeg(d).Fields(), "data seg decodes")
 	enc := make(DataSeg, DataSegSize)
 	enc.Encode(&want)
-	if !bytes.Equal(enc, d) {
-		t.Errorf("data seg encodes as % x", []byte(enc))
-	}
+	assert.Equal(t, d, []byte(enc), "data seg encodes")
 }
 
 func TestSegmentsRoundTrip(t *testing.T) {
 	r := RaddrFields{Addr: 0x0102030405060708, RKey: 0x090a0b0c}
 	rb := make(RaddrSeg, RaddrSegSize)
 	rb.Encode(&r)
-	if rb.Fields() != r || !bytes.Equal(rb, unhex(t, "0102030405060708 090a0b0c 00000000")) {
-		t.Errorf("raddr % x", []byte(rb))
-	}
+	assert.Equal(t, r, rb.Fields(), "raddr round trip")
+	assert.Equal(t, unhex(t, "0102030405060708 090a0b0c 00000000"), []byte(rb), "raddr bytes")
 	a := AtomicFields{SwapAdd: 1, Compare: 2}
 	ab := make(AtomicSeg, AtomicSize)
 	ab.Encode(&a)
-	if ab.Fields() != a {
-		t.Error("atomic")
-	}
+	assert.Equal(t, a, ab.Fields(), "atomic round trip")
 	p := PSVFields{Index: 0x123456, Syndrome: 0, Guard: 0xFFFF, AppTag: 0x1234, RefTag: 0xdeadbeef}
 	pb := make(PSVSeg, PSVSegSize)
 	pb.Encode(&p)
-	if pb.Fields() != p || !bytes.Equal(pb, unhex(t, "00123456 0000 0000 ffff1234 deadbeef")) {
-		t.Errorf("psv % x", []byte(pb))
-	}
-	if WQEBBs(3) != 1 || WQEBBs(4) != 1 || WQEBBs(5) != 2 || WQEBBs(16) != 4 {
-		t.Error("WQEBBs")
+	assert.Equal(t, p, pb.Fields(), "psv round trip")
+	assert.Equal(t, unhex(t, "00123456 0000 0000 ffff1234 deadbeef"), []byte(pb), "psv bytes")
+	for ds, want := range map[uint8]int{3: 1, 4: 1, 5: 2, 16: 4} {
+		assert.Equal(t, want, WQEBBs(ds), "WQEBBs(%d)", ds)
 	}
 }
 
@@ -83,9 +70,7 @@ func TestRingFetchWrap(t *testing.T) {
 	buf := make([]byte, 4*WQEBBSize)
 	db := make([]byte, 8)
 	r, err := NewRing(buf, db[4:], 2)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	put := func(pi uint16, ds uint8, fill byte) {
 		w := make([]byte, max(int(ds), 1)*SegSize)
 		CtrlSeg(w).Encode(&CtrlFields{WQEIndex: pi, Opcode: OpSend, DS: ds})
@@ -105,32 +90,30 @@ func TestRingFetchWrap(t *testing.T) {
 		ds  uint8
 	}{{0, 4}, {1, 8}} {
 		w, f, err := r.Fetch(scratch[:])
-		if err != nil || f.WQEIndex != want.idx || len(w) != int(want.ds)*SegSize {
-			t.Fatalf("fetch %d: %+v len %d %v", i, f, len(w), err)
-		}
+		require.NoError(t, err, "fetch %d", i)
+		require.Equal(t, want.idx, f.WQEIndex, "fetch %d: WQE index", i)
+		require.Len(t, w, int(want.ds)*SegSize, "fetch %d", i)
 	}
 	// A three-WQEBB WQE at index 3 wraps to 0 and 1.
 	put(3, 12, 0xA3)
 	dma.StoreBE32(db[4:], 6)
 	w, f, err := r.Fetch(scratch[:])
-	if err != nil || f.WQEIndex != 3 || len(w) != 192 || w[191] != 0xA3 || w[70] != 0xA3 {
-		t.Fatalf("wrapped fetch %+v %v", f, err)
-	}
-	if r.Pending() {
-		t.Fatal("pending after the last WQE")
-	}
+	require.NoError(t, err, "wrapped fetch")
+	require.Equal(t, uint16(3), f.WQEIndex, "wrapped fetch: WQE index")
+	require.Len(t, w, 192, "wrapped fetch")
+	require.Equal(t, byte(0xA3), w[191], "wrapped fetch: last byte")
+	require.Equal(t, byte(0xA3), w[70], "wrapped fetch: byte 70")
+	require.False(t, r.Pending(), "pending after the last WQE")
 	// DS 0 and a WQE longer than what was posted are malformed.
 	put(6, 0, 0)
 	dma.StoreBE32(db[4:], 7)
-	if _, _, err := r.Fetch(scratch[:]); !errors.Is(err, ErrBadWQE) || r.Consumer() != 7 {
-		t.Fatalf("ds 0: %v, consumer %d", err, r.Consumer())
-	}
+	_, _, err = r.Fetch(scratch[:])
+	require.ErrorIs(t, err, ErrBadWQE, "ds 0")
+	require.Equal(t, uint16(7), r.Consumer(), "ds 0: consumer")
 	put(7, 16, 0)
 	dma.StoreBE32(db[4:], 8)
-	if _, _, err := r.Fetch(scratch[:]); !errors.Is(err, ErrBadWQE) {
-		t.Fatalf("overlong WQE: %v", err)
-	}
-	if _, err := NewRing(make([]byte, 100), db[4:], 2); !errors.Is(err, ErrGeometry) {
-		t.Fatal("bad geometry accepted")
-	}
+	_, _, err = r.Fetch(scratch[:])
+	require.ErrorIs(t, err, ErrBadWQE, "overlong WQE")
+	_, err = NewRing(make([]byte, 100), db[4:], 2)
+	require.ErrorIs(t, err, ErrGeometry, "bad geometry accepted")
 }
