@@ -18,6 +18,7 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sync/errgroup"
 	"golang.org/x/sys/unix"
 
 	"github.com/hcasim/hcasim/hca"
@@ -246,17 +247,19 @@ func runServe(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) error {
 		if d := *serveOpts.stats; d > 0 {
 			tick := time.NewTicker(d)
 			stopStats := make(chan struct{})
+			var stats errgroup.Group
+			defer stats.Wait() // after the stop below: deferred calls run last first
 			defer func() { tick.Stop(); close(stopStats) }()
-			go func() {
+			stats.Go(func() error {
 				for {
 					select {
 					case <-tick.C:
 						log.Info("port counters", dev.Counters().LogAttrs()...)
 					case <-stopStats:
-						return
+						return nil
 					}
 				}
-			}()
+			})
 		}
 	} else if *serveOpts.pcap != "" {
 		return badUsage("--pcap needs --roce (packets exist only on the wire)")

@@ -13,6 +13,7 @@ import (
 	"time"
 	"unsafe"
 
+	"golang.org/x/sync/errgroup"
 	"golang.org/x/sys/unix"
 
 	"github.com/hcasim/hcasim/hca"
@@ -39,7 +40,10 @@ type Server struct {
 	listeners map[*net.UnixListener]struct{}
 	conns     map[*conn]struct{}
 	stopping  bool
-	wg        sync.WaitGroup
+	// served runs one goroutine per connection; Shutdown waits for them.
+	// A connection's error ends only that connection (it is logged), so
+	// the group carries no error and cancels nothing.
+	served errgroup.Group
 }
 
 // Listen creates a SOCK_SEQPACKET Unix socket at path, mode 0600. A stale
@@ -129,15 +133,16 @@ func (s *Server) ServeConn(c *net.UnixConn) {
 		s.conns = map[*conn]struct{}{}
 	}
 	s.conns[cn] = struct{}{}
-	s.wg.Add(1)
-	s.mu.Unlock()
-	go func() {
-		defer s.wg.Done()
+	// Started with s.mu held and stopping unset: Shutdown's Wait never
+	// races a Go.
+	s.served.Go(func() error {
 		cn.serve()
 		s.mu.Lock()
 		delete(s.conns, cn)
 		s.mu.Unlock()
-	}()
+		return nil
+	})
+	s.mu.Unlock()
 }
 
 // Shutdown stops the server: listeners close, every function's QPs move to
@@ -161,7 +166,7 @@ func (s *Server) Shutdown(grace time.Duration) {
 	}
 	// No connection is added once stopping is set: waiting is safe.
 	gone := make(chan struct{})
-	go func() { s.wg.Wait(); close(gone) }()
+	go func() { s.served.Wait(); close(gone) }() // Shutdown waits for it below
 	if len(conns) > 0 && grace > 0 {
 		t := time.NewTimer(grace)
 		select {
@@ -194,7 +199,8 @@ type conn struct {
 	dead [][]byte          // unmapped regions, held as private placeholders until close
 	held uint64            // bytes in dead
 
-	stop chan struct{}
+	stop  chan struct{}
+	tasks errgroup.Group // the event forwarder; close waits for it
 }
 
 func (c *conn) serve() {
@@ -389,7 +395,7 @@ func (c *conn) hello(h Header, pl []byte) ([]byte, bool) {
 		return refuse(StatusShutdown, err.Error())
 	}
 	c.fn = fn
-	go c.events(fn)
+	c.tasks.Go(func() error { c.events(fn); return nil })
 	r := binary.BigEndian.AppendUint32(nil, uint32(StatusOK))
 	r = binary.BigEndian.AppendUint16(r, Version)
 	r = binary.BigEndian.AppendUint16(r, c.s.Dev.LID())
@@ -600,6 +606,7 @@ func (c *conn) close() {
 	c.maps, c.dead, c.held = nil, nil, 0
 	c.mu.Unlock()
 	c.c.Close()
+	c.tasks.Wait() // stop is closed and the socket too: events returns
 }
 
 // parseFDs returns the descriptors of SCM_RIGHTS messages in oob.

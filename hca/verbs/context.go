@@ -23,6 +23,8 @@ import (
 	"sync/atomic"
 	"unsafe"
 
+	"golang.org/x/sync/errgroup"
+
 	"github.com/hcasim/hcasim/hca"
 	"github.com/hcasim/hcasim/hca/remote"
 )
@@ -61,9 +63,9 @@ type Context struct {
 	mkeys   map[uint32]*Mkey // signature mkeys (CreateMkey) by index
 	async   chan hca.Event
 	stopEv  chan struct{}
-	evDone  chan struct{}
-	variant uint8  // key variants handed to new mkeys
-	nextMap uint64 // IOVAs for buffers the driver maps itself
+	events  errgroup.Group // the event forwarder; Close waits for it
+	variant uint8          // key variants handed to new mkeys
+	nextMap uint64         // IOVAs for buffers the driver maps itself
 
 	lostErr atomic.Pointer[error] // why the connection to the device ended
 	lost    chan struct{}         // closed when lostErr is set
@@ -87,7 +89,7 @@ func Open(dev *hca.Device) (*Context, error) {
 // New returns a context over a function (in process, or a socket client).
 func New(fn hca.Function) (*Context, error) {
 	c := &Context{fn: fn, qps: map[uint32]*QP{}, cqs: map[uint32]*CQ{}, sigMRs: map[uint32]*MR{}, mrs: map[uint32]*MR{},
-		async: make(chan hca.Event, 256), stopEv: make(chan struct{}), evDone: make(chan struct{}), lost: make(chan struct{})}
+		async: make(chan hca.Event, 256), stopEv: make(chan struct{}), lost: make(chan struct{})}
 	out := hca.Out(fn.Command(hca.NewIn(hca.CmdQueryHCACap, hca.InHeaderSize)))
 	if err := out.Err(hca.CmdQueryHCACap); err != nil {
 		return nil, err
@@ -97,7 +99,7 @@ func New(fn hca.Function) (*Context, error) {
 	if len(out) >= hca.CapOutGID+16 {
 		copy(c.gid[:], out[hca.CapOutGID:])
 	}
-	go c.events()
+	c.events.Go(func() error { c.forward(); return nil })
 	return c, nil
 }
 
@@ -219,10 +221,9 @@ func (c *Context) nextVariant() uint8 {
 // fatal, SQ drained). It is buffered; events beyond its room are dropped.
 func (c *Context) AsyncEvents() <-chan hca.Event { return c.async }
 
-// events dispatches the function's events: completions to CQ channels,
+// forward dispatches the function's events: completions to CQ channels,
 // the rest to AsyncEvents.
-func (c *Context) events() {
-	defer close(c.evDone)
+func (c *Context) forward() {
 	var evs []hca.Event
 	for {
 		select {
@@ -261,7 +262,7 @@ func (c *Context) Close() error {
 	c.closed = true
 	c.mu.Unlock()
 	close(c.stopEv)
-	<-c.evDone
+	c.events.Wait()
 	return c.fn.Close()
 }
 
