@@ -1,21 +1,20 @@
 package cq
 
 import (
-	"bytes"
 	"encoding/hex"
-	"errors"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 func unhex(t *testing.T, s string) []byte {
 	t.Helper()
 	b, err := hex.DecodeString(strings.Join(strings.Fields(s), ""))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err, "hex %q", s)
 	return b
 }
 
@@ -42,12 +41,8 @@ func TestCQELayouts(t *testing.T) {
 			c := make(CQE, CQESize)
 			last := c.Encode(&tc.f, 0)
 			copy(c[60:], last[:])
-			if want := unhex(t, tc.want); !bytes.Equal(c, want) {
-				t.Fatalf("\n got % x\nwant % x", []byte(c), want)
-			}
-			if got := c.Fields(); got != tc.f {
-				t.Fatalf("decoded\n got %+v\nwant %+v", got, tc.f)
-			}
+			require.Equal(t, unhex(t, tc.want), []byte(c), "%s: encoded bytes", tc.name)
+			require.Equal(t, tc.f, c.Fields(), "%s: decoded fields", tc.name)
 		})
 	}
 }
@@ -58,9 +53,7 @@ func newRing(t *testing.T, logSize uint8, notify func()) (*Ring, []byte, []byte)
 	db := make([]byte, DBRecSize)
 	InitRing(buf)
 	r, err := NewRing(buf, db, logSize, notify)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	return r, buf, db
 }
 
@@ -70,92 +63,63 @@ func TestRingOwnerBitAndOverflow(t *testing.T) {
 	ci := uint32(0)
 	for pass := range 5 {
 		for i := range 4 {
-			if err := r.Push(&Fields{Opcode: OpReq, QPN: 1, WQECounter: uint16(pass*4 + i)}, false); err != nil {
-				t.Fatalf("pass %d push %d: %v", pass, i, err)
-			}
+			require.NoError(t, r.Push(&Fields{Opcode: OpReq, QPN: 1, WQECounter: uint16(pass*4 + i)}, false), "pass %d push %d", pass, i)
 		}
 		for range 4 {
 			c, ok := Poll(buf, 2, ci)
-			if !ok || c.WQECounter() != uint16(ci) || c.Owner() != uint8(ci>>2)&1 {
-				t.Fatalf("poll %d: ok %v counter %d owner %d", ci, ok, c.WQECounter(), c.Owner())
-			}
+			require.True(t, ok, "poll %d: no valid CQE", ci)
+			require.Equal(t, uint16(ci), c.WQECounter(), "poll %d: WQE counter", ci)
+			require.Equal(t, uint8(ci>>2)&1, c.Owner(), "poll %d: owner bit", ci)
 			ci++
 			SetConsumerIndex(db, ci)
 		}
-		if _, ok := Poll(buf, 2, ci); ok {
-			t.Fatalf("pass %d: a CQE beyond the producer looks valid", pass)
-		}
+		_, ok := Poll(buf, 2, ci)
+		require.False(t, ok, "pass %d: a CQE beyond the producer looks valid", pass)
 	}
 	// Fill without consuming: the fifth CQE overflows, and the ring stays broken.
-	for range 4 {
-		if err := r.Push(&Fields{Opcode: OpReq}, false); err != nil {
-			t.Fatal(err)
-		}
+	for i := range 4 {
+		require.NoError(t, r.Push(&Fields{Opcode: OpReq}, false), "fill push %d", i)
 	}
 	before := append([]byte(nil), buf...)
-	if err := r.Push(&Fields{Opcode: OpReq}, false); !errors.Is(err, ErrOverflow) {
-		t.Fatalf("push into a full ring: %v", err)
-	}
-	if !bytes.Equal(buf, before) || !r.Broken() {
-		t.Fatal("an overflowing push wrote into the ring, or the ring is not broken")
-	}
+	require.ErrorIs(t, r.Push(&Fields{Opcode: OpReq}, false), ErrOverflow, "push into a full ring")
+	require.Equal(t, before, buf, "an overflowing push wrote into the ring")
+	require.True(t, r.Broken(), "the ring is not broken after an overflow")
 	SetConsumerIndex(db, ci+4)
-	if err := r.Push(&Fields{Opcode: OpReq}, false); !errors.Is(err, ErrOverflow) {
-		t.Fatal("a broken ring accepted a CQE")
-	}
-	if _, err := NewRing(make([]byte, 100), db, 2, nil); !errors.Is(err, ErrGeometry) {
-		t.Fatal("bad geometry accepted")
-	}
+	require.ErrorIs(t, r.Push(&Fields{Opcode: OpReq}, false), ErrOverflow, "a broken ring accepted a CQE")
+	_, err := NewRing(make([]byte, 100), db, 2, nil)
+	require.ErrorIs(t, err, ErrGeometry, "bad geometry accepted")
 }
 
 func TestArm(t *testing.T) {
 	var events atomic.Int32
 	r, _, db := newRing(t, 4, func() { events.Add(1) })
 	push := func(op Opcode, sol bool) {
-		if err := r.Push(&Fields{Opcode: op}, sol); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, r.Push(&Fields{Opcode: op}, sol), "push opcode %v solicited %v", op, sol)
 	}
 	push(OpReq, false)
-	if events.Load() != 0 {
-		t.Fatal("event without arming")
-	}
+	require.Equal(t, int32(0), events.Load(), "event without arming")
 	// Arming at ci 0 with a CQE already there fires at once.
 	r.Arm(ArmWord(0, ArmNext, 0))
-	if events.Load() != 1 {
-		t.Fatalf("events %d after arming over a pending CQE", events.Load())
-	}
+	require.Equal(t, int32(1), events.Load(), "events after arming over a pending CQE")
 	// Consumed: arm, then the next CQE fires once.
 	SetConsumerIndex(db, 1)
 	r.Arm(ArmWord(1, ArmNext, 1))
-	if events.Load() != 1 {
-		t.Fatal("arming an empty CQ fired")
-	}
+	require.Equal(t, int32(1), events.Load(), "arming an empty CQ fired")
 	push(OpReq, false)
 	push(OpReq, false)
-	if events.Load() != 2 {
-		t.Fatalf("events %d: want one per arming", events.Load())
-	}
+	require.Equal(t, int32(2), events.Load(), "events: want one per arming")
 	// Solicited arming: an unsolicited CQE does not fire, a solicited or an
 	// error CQE does.
 	SetConsumerIndex(db, 3)
 	r.Arm(ArmWord(2, ArmSolicited, 3))
 	push(OpRespSend, false)
-	if events.Load() != 2 {
-		t.Fatal("unsolicited CQE fired a solicited arming")
-	}
+	require.Equal(t, int32(2), events.Load(), "unsolicited CQE fired a solicited arming")
 	push(OpRespSend, true)
-	if events.Load() != 3 {
-		t.Fatal("solicited CQE did not fire")
-	}
+	require.Equal(t, int32(3), events.Load(), "solicited CQE did not fire")
 	r.Arm(ArmWord(3, ArmSolicited, 5))
 	push(OpReqErr, false)
-	if events.Load() != 4 {
-		t.Fatal("error CQE did not fire a solicited arming")
-	}
-	if got := dbWord(db); got != ArmWord(3, ArmSolicited, 5) {
-		t.Fatalf("arm word in the doorbell record %#x", got)
-	}
+	require.Equal(t, int32(4), events.Load(), "error CQE did not fire a solicited arming")
+	require.Equal(t, ArmWord(3, ArmSolicited, 5), dbWord(db), "arm word in the doorbell record")
 }
 
 func dbWord(db []byte) uint32 {
@@ -173,15 +137,11 @@ func TestConcurrentProducers(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for i := 0; i < per; {
-				if err := r.Push(&Fields{Opcode: OpReq, QPN: uint32(p), WQECounter: uint16(i)}, false); err == nil {
-					i++
-				} else if !errors.Is(err, ErrOverflow) {
-					t.Error(err)
-					return
-				} else {
-					t.Error("overflow: the consumer checks space below")
+				err := r.Push(&Fields{Opcode: OpReq, QPN: uint32(p), WQECounter: uint16(i)}, false)
+				if !assert.NoError(t, err, "producer %d push %d (an overflow: the consumer checks space below)", p, i) {
 					return
 				}
+				i++
 				for r.Outstanding() >= r.Size()-4 { // leave room: this test is not about overflow
 				}
 			}
@@ -194,9 +154,7 @@ func TestConcurrentProducers(t *testing.T) {
 			continue
 		}
 		q := c.QPN()
-		if c.WQECounter() != next[q] {
-			t.Fatalf("producer %d: counter %d, want %d", q, c.WQECounter(), next[q])
-		}
+		require.Equal(t, next[q], c.WQECounter(), "producer %d: WQE counter", q)
 		next[q]++
 		ci++
 		SetConsumerIndex(db, ci)
