@@ -52,9 +52,10 @@ func FuzzParseCase(f *testing.F) {
 			require.ErrorIs(t, err, ErrMalformed, "ParseCase error")
 			return
 		}
-		if c.ID == "" || c.Input.Data == nil || c.InputLen == nil || c.Expected == nil {
-			t.Fatalf("accepted a case without required keys: %s", line)
-		}
+		require.NotEmpty(t, c.ID, "accepted a case without an id: %s", line)
+		require.NotNil(t, c.Input.Data, "accepted a case without input data: %s", line)
+		require.NotNil(t, c.InputLen, "accepted a case without input_len: %s", line)
+		require.NotNil(t, c.Expected, "accepted a case without expected: %s", line)
 		// Round trip through JSON.
 		b, err := json.Marshal(&c)
 		require.NoError(t, err, "Marshal")
