@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"errors"
 	"testing"
+
+	"github.com/stretchr/testify/require"
 )
 
 // Fuzz targets of the PI engine. Each iteration is kept cheap: a few blocks
@@ -38,9 +40,7 @@ func FuzzGenerateVerify(f *testing.F) {
 		if iv >= 4096 {
 			nb = min(nb, 1)
 		}
-		if err := d.Validate(); err != nil {
-			t.Fatalf("domain %+v: %v", d, err)
-		}
+		require.NoError(t, d.Validate(), "domain %+v", d)
 		data = fuzzData(data, nb*iv)
 		s := mkSide(d)
 		want := modelBuild(d, data, nil)
@@ -51,28 +51,26 @@ func FuzzGenerateVerify(f *testing.F) {
 		fillJunk(gen.Data)
 		fillJunk(gen.Meta)
 		n, err := Generate(d, gen, data)
-		if err != nil || n != len(want.Data) {
-			t.Fatalf("Generate = %d, %v", n, err)
-		}
-		if !bytes.Equal(gen.Data, want.Data) || !bytes.Equal(gen.Meta, want.Meta) {
-			t.Fatalf("Generate differs from the model")
-		}
+		require.NoError(t, err, "Generate")
+		require.Equal(t, len(want.Data), n, "Generate length")
+		require.True(t, bytes.Equal(gen.Data, want.Data), "Generate data differs from the model")
+		require.True(t, bytes.Equal(gen.Meta, want.Meta), "Generate metadata differs from the model")
 		for _, m := range []CheckMask{CheckAll, randMask(ch, fm), CheckGuard, CheckAppTag | CheckRefTag} {
-			if err := Verify(d, m, gen); err != nil {
-				t.Fatalf("Verify(%#02x) of generated PI: %v", uint8(m), err)
-			}
+			require.NoError(t, Verify(d, m, gen), "Verify(%#02x) of generated PI", uint8(m))
 		}
 		back := make([]byte, len(data))
-		if n, err := Strip(d, CheckAll, back, gen); err != nil || n != len(data) || !bytes.Equal(back, data) {
-			t.Fatalf("Strip = %d, %v", n, err)
-		}
+		n, err = Strip(d, CheckAll, back, gen)
+		require.NoError(t, err, "Strip")
+		require.Equal(t, len(data), n, "Strip length")
+		require.True(t, bytes.Equal(back, data), "Strip does not give the data back")
 		pass := cloneBuf(gen)
 		clear(pass.Data)
 		clear(pass.Meta)
-		if n, err := Pass(d, CheckAll, pass, gen); err != nil || n != len(gen.Data) ||
-			!bytes.Equal(pass.Data, gen.Data) || !bytes.Equal(pass.Meta, gen.Meta) {
-			t.Fatalf("Pass = %d, %v", n, err)
-		}
+		n, err = Pass(d, CheckAll, pass, gen)
+		require.NoError(t, err, "Pass")
+		require.Equal(t, len(gen.Data), n, "Pass length")
+		require.True(t, bytes.Equal(pass.Data, gen.Data), "Pass changed the data")
+		require.True(t, bytes.Equal(pass.Meta, gen.Meta), "Pass changed the metadata")
 		// Junk in the tuples (only), then generate in place.
 		inPlace := cloneBuf(gen)
 		for b := range nb {
@@ -84,12 +82,9 @@ func FuzzGenerateVerify(f *testing.F) {
 			}
 			fillJunk(m[s.piOff : s.piOff+s.tuple])
 		}
-		if err := GenerateInPlace(d, inPlace); err != nil {
-			t.Fatal(err)
-		}
-		if !bytes.Equal(inPlace.Data, gen.Data) || !bytes.Equal(inPlace.Meta, gen.Meta) {
-			t.Fatalf("GenerateInPlace differs from Generate")
-		}
+		require.NoError(t, GenerateInPlace(d, inPlace), "GenerateInPlace")
+		require.True(t, bytes.Equal(inPlace.Data, gen.Data), "GenerateInPlace data differs from Generate")
+		require.True(t, bytes.Equal(inPlace.Meta, gen.Meta), "GenerateInPlace metadata differs from Generate")
 		// A flipped data bit is a guard error at its block, unless the
 		// block is escaped.
 		if nb > 0 {
@@ -97,9 +92,7 @@ func FuzzGenerateVerify(f *testing.F) {
 			blk := ch.intn(nb)
 			bad.Data[blk*s.unit()+ch.intn(iv)] ^= 1 << ch.intn(8)
 			c := Config{In: d, Check: CheckAll, Discard: true}
-			if msg := sameErr(Verify(d, CheckAll, bad), modelApply(&c, bad).err); msg != "" {
-				t.Fatal(msg)
-			}
+			require.Empty(t, sameErr(Verify(d, CheckAll, bad), modelApply(&c, bad).err), "flipped data bit in block %d", blk)
 		}
 	})
 }
@@ -196,12 +189,8 @@ func FuzzApply(f *testing.F) {
 		var pe *Error
 		switch {
 		case err == nil || errors.As(err, &pe):
-			if verr != nil {
-				t.Fatalf("%s: Validate says %v, Apply succeeded", describe(&c, len(srcData)), verr)
-			}
-			if errors.Is(err, ErrParam) {
-				t.Fatalf("a PI error matches ErrParam: %v", err)
-			}
+			require.NoError(t, verr, "%s: Validate fails, Apply succeeded", describe(&c, len(srcData)))
+			require.NotErrorIs(t, err, ErrParam, "a PI error matches ErrParam")
 		case errors.Is(err, ErrParam):
 			// The same parameter error as Validate, or a length error.
 			matched := false
@@ -216,30 +205,24 @@ func FuzzApply(f *testing.F) {
 					}
 				}
 			}
-			if !matched {
-				t.Fatalf("parameter error %v matches no specific sentinel", err)
-			}
-			if n != 0 {
-				t.Fatalf("parameter error %v after %d bytes", err, n)
-			}
+			require.True(t, matched, "parameter error %v matches no specific sentinel", err)
+			require.Zero(t, n, "parameter error %v: bytes written", err)
 			return
 		default:
 			t.Fatalf("Apply error %v is neither a PI error nor a parameter error", err)
 		}
 		want := modelApply(&c, src)
-		if msg := sameErr(err, want.err); msg != "" {
-			t.Fatalf("%s: %s", describe(&c, len(srcData)), msg)
-		}
-		if n != len(want.data) || !bytes.Equal(dst.Data[:n], want.data) ||
-			!bytes.Equal(dst.Data[n:], junk.Data[n:]) {
-			t.Fatalf("%s: output differs from the model (%d bytes, want %d)", describe(&c, len(srcData)), n, len(want.data))
-		}
+		desc := describe(&c, len(srcData))
+		require.Empty(t, sameErr(err, want.err), desc)
+		require.Equal(t, len(want.data), n, "%s: output length", desc)
+		require.True(t, bytes.Equal(dst.Data[:n], want.data), "%s: output differs from the model", desc)
+		require.True(t, bytes.Equal(dst.Data[n:], junk.Data[n:]), "%s: output written beyond its length", desc)
 		if want.meta != nil && (!bytes.Equal(dst.Meta[:len(want.meta)], want.meta) ||
 			!bytes.Equal(dst.Meta[len(want.meta):], junk.Meta[len(want.meta):])) {
-			t.Fatalf("%s: output metadata differs from the model", describe(&c, len(srcData)))
+			t.Fatalf("%s: output metadata differs from the model", desc)
 		}
-		if want.meta == nil && !bytes.Equal(dst.Meta, junk.Meta) {
-			t.Fatalf("%s: output metadata written without a separate output", describe(&c, len(srcData)))
+		if want.meta == nil {
+			require.True(t, bytes.Equal(dst.Meta, junk.Meta), "%s: output metadata written without a separate output", desc)
 		}
 		streamVsApply(t, &c, src, fixedPieces(1+ch.intn(600)), fixedPieces(1+ch.intn(600)), "fuzz")
 	})
@@ -265,11 +248,7 @@ func FuzzStreamProcessBlock(f *testing.F) {
 		sd := outBufs(want)
 		whole := 0
 		sn, serr := streamBlocks(t, &c, sd, src, fixedPieces(max(int(outPiece), 1)), &whole)
-		if msg := sameErr(serr, want.err); msg != "" {
-			t.Fatalf("%s: %s", describe(&c, len(src.Data)), msg)
-		}
-		if msg := compareOut(want, sd, sn); msg != "" {
-			t.Fatalf("%s: %s", describe(&c, len(src.Data)), msg)
-		}
+		require.Empty(t, sameErr(serr, want.err), describe(&c, len(src.Data)))
+		require.Empty(t, compareOut(want, sd, sn), describe(&c, len(src.Data)))
 	})
 }

@@ -54,11 +54,11 @@ func localKeyErrors(t *testing.T, s *suite) {
 			eb.recv(rwr(0xB0, b.mr.SGE(100, 64)))
 			wr := c.wr(b)
 			ea.post(wr)
-			checkErr(t, "requester", poll1(t, ea.scq), wr.WRID, verbs.WCLocProtErr, ea.qp.QPN())
+			CheckErr(t, "requester", Poll1(t, ea.scq), wr.WRID, verbs.WCLocProtErr, ea.qp.QPN())
 			// Nothing reached the responder: its receive is still posted,
 			// its QP still works, memory is untouched.
-			quietCQ(t, eb.rcq, quiet, "responder receive CQ")
-			quietCQ(t, eb.scq, 0, "responder send CQ")
+			Quiet(t, eb.rcq, quiet, "responder receive CQ")
+			Quiet(t, eb.scq, 0, "responder send CQ")
 			if got := be64(b.buf); got != 0x1234 {
 				t.Errorf("remote word changed to %#x", got)
 			}
@@ -112,12 +112,12 @@ func remoteKeyErrors(t *testing.T, s *suite) {
 				eb.recv(rwr(0xAAAA, b.mr.SGE(0, 64)))
 			}
 			ea.post(c.wr)
-			checkErr(t, "requester", poll1(t, ea.scq), c.wr.WRID, verbs.WCRemAccessErr, ea.qp.QPN())
+			CheckErr(t, "requester", Poll1(t, ea.scq), c.wr.WRID, verbs.WCRemAccessErr, ea.qp.QPN())
 			if recv {
 				// Whether the receive completes in error or is flushed
 				// is not specified; it must not succeed.
-				if wc := poll1(t, eb.rcq); wc.WRID != 0xAAAA || wc.Status == verbs.WCSuccess {
-					t.Errorf("the receive the failed operation would have consumed: %s, want an error", fmtWC(wc))
+				if wc := Poll1(t, eb.rcq); wc.WRID != 0xAAAA || wc.Status == verbs.WCSuccess {
+					t.Errorf("the receive the failed operation would have consumed: %s, want an error", FormatWC(wc))
 				}
 			}
 			brokenResponder(t, eb, b.mr.SGE(0, 64))
@@ -139,7 +139,7 @@ func qpAccessErrors(t *testing.T, s *suite) {
 		verbs.WRAtomicFetchAdd: fa,
 	}
 	wantOp := map[verbs.WROpcode]verbs.WCOpcode{verbs.WRRDMAWrite: verbs.WCRDMAWrite, verbs.WRRDMARead: verbs.WCRDMARead, verbs.WRAtomicFetchAdd: verbs.WCFetchAdd}
-	wantLen := map[verbs.WROpcode]int{verbs.WRRDMAWrite: anyLen, verbs.WRRDMARead: 8, verbs.WRAtomicFetchAdd: 8}
+	wantLen := map[verbs.WROpcode]int{verbs.WRRDMAWrite: AnyLen, verbs.WRRDMARead: 8, verbs.WRAtomicFetchAdd: 8}
 	for _, c := range []struct {
 		name    string
 		access  verbs.Access
@@ -156,11 +156,11 @@ func qpAccessErrors(t *testing.T, s *suite) {
 			connect(t, ea, eb, nil, &verbs.ConnectOptions{Access: c.access})
 			for _, op := range c.allowed {
 				ea.post(ok[op])
-				check(t, "allowed operation", poll1(t, ea.scq), want{wrid: ok[op].WRID, op: wantOp[op], len: wantLen[op]})
+				Check(t, "allowed operation", Poll1(t, ea.scq), Want{WRID: ok[op].WRID, Op: wantOp[op], Len: wantLen[op]})
 			}
 			wr := ok[c.denied]
 			ea.post(wr)
-			checkErr(t, "denied operation", poll1(t, ea.scq), wr.WRID, verbs.WCRemAccessErr, ea.qp.QPN())
+			CheckErr(t, "denied operation", Poll1(t, ea.scq), wr.WRID, verbs.WCRemAccessErr, ea.qp.QPN())
 			brokenResponder(t, eb, b.mr.SGE(0, 64))
 		})
 	}
@@ -172,8 +172,8 @@ func qpAccessErrors(t *testing.T, s *suite) {
 		copy(a.buf, "ok")
 		eb.recv(rwr(1, b.mr.SGE(1000, 8)))
 		ea.post(send(2, a.mr.SGE(0, 2)))
-		check(t, "send", poll1(t, ea.scq), want{wrid: 2, op: verbs.WCSend, len: anyLen})
-		check(t, "recv", poll1(t, eb.rcq), want{wrid: 1, op: verbs.WCRecv, len: 2})
+		Check(t, "send", Poll1(t, ea.scq), Want{WRID: 2, Op: verbs.WCSend, Len: AnyLen})
+		Check(t, "recv", Poll1(t, eb.rcq), Want{WRID: 1, Op: verbs.WCRecv, Len: 2})
 	})
 }
 
@@ -186,15 +186,15 @@ func recvTooSmall(t *testing.T, s *suite) {
 	fill(a.buf[:17], 0x21)
 	eb.recv(rwr(3, b.mr.SGE(0, 8), b.mr.SGE(100, 8)))
 	ea.post(send(4, a.mr.SGE(0, 16)))
-	check(t, "send of exactly the receive's size", poll1(t, ea.scq), want{wrid: 4, op: verbs.WCSend, len: anyLen})
-	check(t, "its receive", poll1(t, eb.rcq), want{wrid: 3, op: verbs.WCRecv, len: 16})
+	Check(t, "send of exactly the receive's size", Poll1(t, ea.scq), Want{WRID: 4, Op: verbs.WCSend, Len: AnyLen})
+	Check(t, "its receive", Poll1(t, eb.rcq), Want{WRID: 3, Op: verbs.WCRecv, Len: 16})
 	sameBytes(t, "first piece", b.buf[:8], a.buf[:8])
 	sameBytes(t, "second piece", b.buf[100:108], a.buf[8:16])
 	// One byte more does not.
 	eb.recv(rwr(1, b.mr.SGE(0, 8), b.mr.SGE(100, 8)))
 	ea.post(send(2, a.mr.SGE(0, 17)))
-	checkErr(t, "requester", poll1(t, ea.scq), 2, verbs.WCRemInvReqErr, ea.qp.QPN())
-	checkErr(t, "receive", poll1(t, eb.rcq), 1, verbs.WCLocLenErr, eb.qp.QPN())
+	CheckErr(t, "requester", Poll1(t, ea.scq), 2, verbs.WCRemInvReqErr, ea.qp.QPN())
+	CheckErr(t, "receive", Poll1(t, eb.rcq), 1, verbs.WCLocLenErr, eb.qp.QPN())
 	brokenResponder(t, eb, b.mr.SGE(0, 64))
 }
 
@@ -216,8 +216,8 @@ func recvBadKey(t *testing.T, s *suite) {
 			ea, eb := link(t, a, b)
 			eb.recv(rwr(1, c.sge))
 			ea.post(send(2, a.mr.SGE(0, 32)))
-			checkErr(t, "requester", poll1(t, ea.scq), 2, verbs.WCRemOpErr, ea.qp.QPN())
-			checkErr(t, "receive", poll1(t, eb.rcq), 1, verbs.WCLocProtErr, eb.qp.QPN())
+			CheckErr(t, "requester", Poll1(t, ea.scq), 2, verbs.WCRemOpErr, ea.qp.QPN())
+			CheckErr(t, "receive", Poll1(t, eb.rcq), 1, verbs.WCLocProtErr, eb.qp.QPN())
 			brokenResponder(t, eb, b.mr.SGE(0, 64))
 		})
 	}
@@ -231,7 +231,7 @@ func atomicMisaligned(t *testing.T, s *suite) {
 	putBE64(b.buf[8:], 5)
 	ea.post(verbs.SendWR{WRID: 1, Opcode: verbs.WRAtomicCmpSwp, Flags: verbs.SendSignaled, SG: []verbs.SGE{a.mr.SGE(0, 8)},
 		RemoteAddr: b.mr.Addr + 12, RKey: b.mr.RKey, CompareAdd: 0, Swap: 1})
-	checkErr(t, "requester", poll1(t, ea.scq), 1, verbs.WCRemInvReqErr, ea.qp.QPN())
+	CheckErr(t, "requester", Poll1(t, ea.scq), 1, verbs.WCRemInvReqErr, ea.qp.QPN())
 	brokenResponder(t, eb, b.mr.SGE(0, 64))
 	if be64(b.buf[8:]) != 5 || be64(b.buf[16:]) != 0 {
 		t.Errorf("memory changed by a misaligned atomic")
@@ -253,13 +253,13 @@ func deregisteredKey(t *testing.T, s *suite) {
 		xa, xb := link(t, a, b)
 		id := uint64(10 + i)
 		xa.post(write(id, a.mr.SGE(0, 8), addr, rkey))
-		checkErr(t, "write through a deregistered rkey", poll1(t, xa.scq), id, verbs.WCRemAccessErr, xa.qp.QPN())
+		CheckErr(t, "write through a deregistered rkey", Poll1(t, xa.scq), id, verbs.WCRemAccessErr, xa.qp.QPN())
 		brokenResponder(t, xb, b.mr.SGE(0, 8))
 	}
 	xa, xb := link(t, b, a)
 	xa.post(write(20, verbs.SGE{Addr: addr, Length: 8, LKey: lkey}, a.mr.Addr, a.mr.RKey))
-	checkErr(t, "write from a deregistered lkey", poll1(t, xa.scq), 20, verbs.WCLocProtErr, xa.qp.QPN())
-	quietCQ(t, xb.rcq, quiet, "peer receive CQ")
+	CheckErr(t, "write from a deregistered lkey", Poll1(t, xa.scq), 20, verbs.WCLocProtErr, xa.qp.QPN())
+	Quiet(t, xb.rcq, quiet, "peer receive CQ")
 }
 
 // regMRAccess: remote write or atomic without local write is refused.
@@ -298,5 +298,5 @@ func regMRWorkRequestAccess(t *testing.T, s *suite) {
 	fmr.IncKey()
 	postErr(t, "REG_MR with remote write only", ea.qp,
 		[]verbs.SendWR{{WRID: 1, Opcode: verbs.WRRegMR, Flags: verbs.SendSignaled, MR: fmr, Key: fmr.RKey, Access: verbs.AccessRemoteWrite}}, 0, verbs.ErrInvalid)
-	quietCQ(t, ea.scq, quiet, "send CQ")
+	Quiet(t, ea.scq, quiet, "send CQ")
 }

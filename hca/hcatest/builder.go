@@ -67,7 +67,7 @@ var wcOp = map[verbs.WROpcode]verbs.WCOpcode{
 
 // run posts wr on e and checks that the next completion of e's send CQ
 // is wr's success: its id, the opcode that completes wr and n bytes
-// (anyLen: not checked).
+// (AnyLen: not checked).
 func (e *ep) run(what string, wr verbs.SendWR, n int) {
 	e.n.t.Helper()
 	op, ok := wcOp[wr.Opcode]
@@ -75,14 +75,14 @@ func (e *ep) run(what string, wr verbs.SendWR, n int) {
 		e.n.t.Fatalf("%s: run does not know the completion of WR opcode %d", what, wr.Opcode)
 	}
 	e.post(wr)
-	check(e.n.t, what, poll1(e.n.t, e.scq), want{wrid: wr.WRID, op: op, len: n})
+	Check(e.n.t, what, Poll1(e.n.t, e.scq), Want{WRID: wr.WRID, Op: op, Len: n})
 }
 
 // recvOK checks that the next completion of e's receive CQ is the
 // successful receive of wrid with n bytes.
 func (e *ep) recvOK(what string, wrid uint64, n int) {
 	e.n.t.Helper()
-	check(e.n.t, what, poll1(e.n.t, e.rcq), want{wrid: wrid, op: verbs.WCRecv, len: n})
+	Check(e.n.t, what, Poll1(e.n.t, e.rcq), Want{WRID: wrid, Op: verbs.WCRecv, Len: n})
 }
 
 // localInv returns a signaled LOCAL_INV of key.
@@ -102,8 +102,8 @@ func (e *ep) capsule(to *ep, id uint64) {
 	clear(to.n.buf[rcpCmdOff+64 : rcpCmdOff+128])
 	to.recv(rwr(id, to.n.mr.SGE(rcpCmdOff+64, 64)))
 	e.post(send(id, e.n.mr.SGE(rcpCmdOff, 64)))
-	check(t, "command capsule send", poll1(t, e.scq), want{wrid: id, op: verbs.WCSend, len: anyLen, qpn: e.qp.QPN()})
-	check(t, "command capsule receive", poll1(t, to.rcq), want{wrid: id, op: verbs.WCRecv, len: 64, qpn: to.qp.QPN()})
+	Check(t, "command capsule send", Poll1(t, e.scq), Want{WRID: id, Op: verbs.WCSend, Len: AnyLen, QPN: e.qp.QPN()})
+	Check(t, "command capsule receive", Poll1(t, to.rcq), Want{WRID: id, Op: verbs.WCRecv, Len: 64, QPN: to.qp.QPN()})
 	sameBytes(t, "command capsule", to.n.buf[rcpCmdOff+64:rcpCmdOff+128], e.n.buf[rcpCmdOff:rcpCmdOff+64])
 }
 
@@ -199,7 +199,7 @@ func (m *sigMR) regWait(data, meta []verbs.SGE, a verbs.SigAttrs, wrid uint64) u
 // for its successful completion.
 func (m *sigMR) postReg(wrid uint64) {
 	m.e.n.t.Helper()
-	m.e.run("REG_MR_INTEGRITY", verbs.SendWR{WRID: wrid, Opcode: verbs.WRRegMRIntegrity, Flags: verbs.SendSignaled, MR: m.MR, Access: sigAccess}, anyLen)
+	m.e.run("REG_MR_INTEGRITY", verbs.SendWR{WRID: wrid, Opcode: verbs.WRRegMRIntegrity, Flags: verbs.SendSignaled, MR: m.MR, Access: sigAccess}, AnyLen)
 }
 
 // inv posts a signaled LOCAL_INV of the MR's key on its owner and checks
@@ -208,7 +208,7 @@ func (m *sigMR) inv(id uint64) {
 	t := m.e.n.t
 	t.Helper()
 	m.e.post(localInv(id, m.RKey))
-	check(t, "LOCAL_INV of the signature key", poll1(t, m.e.scq), want{wrid: id, op: verbs.WCLocalInv, len: anyLen, qpn: m.e.qp.QPN()})
+	Check(t, "LOCAL_INV of the signature key", Poll1(t, m.e.scq), Want{WRID: id, Op: verbs.WCLocalInv, Len: AnyLen, QPN: m.e.qp.QPN()})
 }
 
 // status polls the owner's send CQ (where the SIG_ERR CQE of an access by
@@ -219,7 +219,7 @@ func (m *sigMR) inv(id uint64) {
 func (m *sigMR) status(what string, want *t10dif.Error) {
 	t := m.e.n.t
 	t.Helper()
-	quietCQ(t, m.e.scq, quiet, what+": send CQ of the MR owner")
+	Quiet(t, m.e.scq, quiet, what+": send CQ of the MR owner")
 	got, err := m.CheckMRStatus()
 	if err != nil {
 		t.Fatalf("%s: check mr status: %v", what, err)
@@ -263,7 +263,7 @@ func (m *sigMR) wantErr(what string, w verbs.SigErr) {
 			t.Fatalf("%s: poll: %v", what, err)
 		}
 		if k > 0 {
-			t.Errorf("%s: the signature error CQ yielded work completions %s", what, fmtWCs(wcs[:k]))
+			t.Errorf("%s: the signature error CQ yielded work completions %s", what, FormatWCs(wcs[:k]))
 		}
 		got, err := m.CheckMRStatus()
 		if err != nil {

@@ -28,12 +28,12 @@ func cqOverflow(t *testing.T, s *suite) {
 		ea.post(write(uint64(i+1), a.mr.SGE(8*i, 8), b.mr.Addr+uint64(8*i), b.mr.RKey))
 	}
 	waitEvents(t, a.ctx, hca.Event{Type: hca.EventCQError, Obj: scq.Handle()}, hca.Event{Type: hca.EventQPFatal, Obj: ea.qp.QPN()})
-	for i, wc := range poll(t, scq, 2) {
-		check(t, "completion written before the overflow", wc, want{wrid: uint64(i + 1), op: verbs.WCRDMAWrite, len: anyLen})
+	for i, wc := range Poll(t, scq, 2) {
+		Check(t, "completion written before the overflow", wc, Want{WRID: uint64(i + 1), Op: verbs.WCRDMAWrite, Len: AnyLen})
 	}
-	quietCQ(t, scq, quiet, "overflowed CQ")
+	Quiet(t, scq, quiet, "overflowed CQ")
 	// The QP is in error: the peer sees it as gone (nothing more arrives).
-	quietCQ(t, eb.rcq, 0, "peer receive CQ")
+	Quiet(t, eb.rcq, 0, "peer receive CQ")
 }
 
 // cqOverflowEventsOnce: an overflow raises one CQ error event for the CQ
@@ -124,26 +124,26 @@ func cqArmOnce(t *testing.T, s *suite) {
 	wr := func(id uint64) verbs.SendWR { return write(id, a.mr.SGE(0, 8), b.mr.Addr, b.mr.RKey) }
 
 	ea.post(wr(1))
-	check(t, "unarmed completion", poll1(t, scq), want{wrid: 1, op: verbs.WCRDMAWrite, len: anyLen})
+	Check(t, "unarmed completion", Poll1(t, scq), Want{WRID: 1, Op: verbs.WCRDMAWrite, Len: AnyLen})
 	notNotified(t, ch, quiet, "completion before arming")
 
 	scq.ReqNotify(false)
 	notNotified(t, ch, quiet, "armed, no completion yet")
 	ea.post(wr(2))
 	notified(t, ch, scq, "armed CQ")
-	check(t, "armed completion", poll1(t, scq), want{wrid: 2, op: verbs.WCRDMAWrite, len: anyLen})
+	Check(t, "armed completion", Poll1(t, scq), Want{WRID: 2, Op: verbs.WCRDMAWrite, Len: AnyLen})
 
 	// Not re-armed: no notification.
 	ea.post(wr(3))
-	check(t, "completion after the notification", poll1(t, scq), want{wrid: 3, op: verbs.WCRDMAWrite, len: anyLen})
+	Check(t, "completion after the notification", Poll1(t, scq), Want{WRID: 3, Op: verbs.WCRDMAWrite, Len: AnyLen})
 	notNotified(t, ch, quiet, "completion without re-arming")
 
 	// Re-armed: one notification for several completions.
 	scq.ReqNotify(false)
 	ea.post(wr(4), wr(5), wr(6))
 	notified(t, ch, scq, "re-armed CQ")
-	for i, wc := range poll(t, scq, 3) {
-		check(t, "batch completion", wc, want{wrid: uint64(4 + i), op: verbs.WCRDMAWrite, len: anyLen})
+	for i, wc := range Poll(t, scq, 3) {
+		Check(t, "batch completion", wc, Want{WRID: uint64(4 + i), Op: verbs.WCRDMAWrite, Len: AnyLen})
 	}
 	notNotified(t, ch, quiet, "second notification for one arming")
 
@@ -153,7 +153,7 @@ func cqArmOnce(t *testing.T, s *suite) {
 		id := uint64(100 + i)
 		ea.post(wr(id))
 		notified(t, ch, scq, "cycle")
-		check(t, "cycle completion", poll1(t, scq), want{wrid: id, op: verbs.WCRDMAWrite, len: anyLen})
+		Check(t, "cycle completion", Poll1(t, scq), Want{WRID: id, Op: verbs.WCRDMAWrite, Len: AnyLen})
 	}
 	notNotified(t, ch, quiet, "after the cycles")
 }
@@ -171,29 +171,29 @@ func cqArmSolicited(t *testing.T, s *suite) {
 	}
 	rcq.ReqNotify(true)
 	ea.post(send(1, a.mr.SGE(0, 8)))
-	check(t, "send", poll1(t, ea.scq), want{wrid: 1, op: verbs.WCSend, len: anyLen})
-	check(t, "unsolicited receive", poll1(t, rcq), want{wrid: 10, op: verbs.WCRecv, len: 8})
+	Check(t, "send", Poll1(t, ea.scq), Want{WRID: 1, Op: verbs.WCSend, Len: AnyLen})
+	Check(t, "unsolicited receive", Poll1(t, rcq), Want{WRID: 10, Op: verbs.WCRecv, Len: 8})
 	notNotified(t, ch, quiet, "unsolicited receive with a solicited-only arming")
 
 	ea.post(verbs.SendWR{WRID: 2, Opcode: verbs.WRSend, Flags: verbs.SendSignaled | verbs.SendSolicited, SG: []verbs.SGE{a.mr.SGE(0, 4)}})
 	notified(t, ch, rcq, "solicited receive")
-	check(t, "solicited receive", poll1(t, rcq), want{wrid: 11, op: verbs.WCRecv, len: 4})
-	check(t, "solicited send", poll1(t, ea.scq), want{wrid: 2, op: verbs.WCSend, len: anyLen})
+	Check(t, "solicited receive", Poll1(t, rcq), Want{WRID: 11, Op: verbs.WCRecv, Len: 4})
+	Check(t, "solicited send", Poll1(t, ea.scq), Want{WRID: 2, Op: verbs.WCSend, Len: AnyLen})
 
 	// A solicited WRITE with immediate.
 	rcq.ReqNotify(true)
 	ea.post(verbs.SendWR{WRID: 3, Opcode: verbs.WRRDMAWriteWithImm, Flags: verbs.SendSignaled | verbs.SendSolicited, Imm: 3,
 		SG: []verbs.SGE{a.mr.SGE(0, 4)}, RemoteAddr: b.mr.Addr + 4096, RKey: b.mr.RKey})
 	notified(t, ch, rcq, "solicited write with imm")
-	check(t, "solicited write with imm", poll1(t, rcq), want{wrid: 12, op: verbs.WCRecvRDMAWithImm, len: 4, imm: 3, withImm: true})
-	check(t, "its requester", poll1(t, ea.scq), want{wrid: 3, op: verbs.WCRDMAWrite, len: anyLen})
+	Check(t, "solicited write with imm", Poll1(t, rcq), Want{WRID: 12, Op: verbs.WCRecvRDMAWithImm, Len: 4, Imm: 3, WithImm: true})
+	Check(t, "its requester", Poll1(t, ea.scq), Want{WRID: 3, Op: verbs.WCRDMAWrite, Len: AnyLen})
 
 	// An error completion fires a solicited-only arming too.
 	rcq.ReqNotify(true)
 	ea.post(send(4, a.mr.SGE(0, 100))) // the receive holds 64
 	notified(t, ch, rcq, "error completion")
-	checkErr(t, "receive too small", poll1(t, rcq), 13, verbs.WCLocLenErr, eb.qp.QPN())
-	checkErr(t, "its send", poll1(t, ea.scq), 4, verbs.WCRemInvReqErr, ea.qp.QPN())
+	CheckErr(t, "receive too small", Poll1(t, rcq), 13, verbs.WCLocLenErr, eb.qp.QPN())
+	CheckErr(t, "its send", Poll1(t, ea.scq), 4, verbs.WCRemInvReqErr, ea.qp.QPN())
 }
 
 // cqShared: several QPs complete to one CQ; every completion names its QP.
@@ -215,14 +215,14 @@ func cqShared(t *testing.T, s *suite) {
 		}
 	}
 	next := make([]int, nqp)
-	for _, wc := range poll(t, scq, nqp*per) {
+	for _, wc := range Poll(t, scq, nqp*per) {
 		q := int(wc.WRID >> 16)
 		if q >= nqp || wc.QPN != eps[q].qp.QPN() {
-			t.Errorf("completion %s on QP %#x", fmtWC(wc), wc.QPN)
+			t.Errorf("completion %s on QP %#x", FormatWC(wc), wc.QPN)
 			continue
 		}
-		check(t, "shared CQ completion", wc, want{wrid: uint64(q<<16 | next[q]), op: verbs.WCRDMAWrite, len: anyLen, qpn: eps[q].qp.QPN()})
+		Check(t, "shared CQ completion", wc, Want{WRID: uint64(q<<16 | next[q]), Op: verbs.WCRDMAWrite, Len: AnyLen, QPN: eps[q].qp.QPN()})
 		next[q]++
 	}
-	quietCQ(t, scq, quiet, "shared CQ")
+	Quiet(t, scq, quiet, "shared CQ")
 }

@@ -25,23 +25,23 @@ func fabricMoveData(t *testing.T, s *suite) {
 	fill(b.buf, 0x42)
 	eb.recv(rwr(1, b.mr.SGE(60000, 1000)))
 	ea.post(send(2, a.mr.SGE(0, 1000)))
-	check(t, "send", poll1(t, ea.scq), want{wrid: 2, op: verbs.WCSend, len: anyLen})
-	check(t, "recv", poll1(t, eb.rcq), want{wrid: 1, op: verbs.WCRecv, len: 1000})
+	Check(t, "send", Poll1(t, ea.scq), Want{WRID: 2, Op: verbs.WCSend, Len: AnyLen})
+	Check(t, "recv", Poll1(t, eb.rcq), Want{WRID: 1, Op: verbs.WCRecv, Len: 1000})
 	sameBytes(t, "sent", b.buf[60000:61000], a.buf[:1000])
 	ea.post(write(3, a.mr.SGE(1000, 20000), b.mr.Addr+1000, b.mr.RKey))
-	check(t, "write", poll1(t, ea.scq), want{wrid: 3, op: verbs.WCRDMAWrite, len: anyLen})
+	Check(t, "write", Poll1(t, ea.scq), Want{WRID: 3, Op: verbs.WCRDMAWrite, Len: AnyLen})
 	sameBytes(t, "written", b.buf[1000:21000], a.buf[1000:21000])
 	fill(b.buf[30000:40000], 0x43)
 	eb.post(write(4, b.mr.SGE(30000, 10000), a.mr.Addr+30000, a.mr.RKey))
-	check(t, "reverse write", poll1(t, eb.scq), want{wrid: 4, op: verbs.WCRDMAWrite, len: anyLen})
+	Check(t, "reverse write", Poll1(t, eb.scq), Want{WRID: 4, Op: verbs.WCRDMAWrite, Len: AnyLen})
 	sameBytes(t, "reverse written", a.buf[30000:40000], b.buf[30000:40000])
 	ea.post(read(5, a.mr.SGE(50000, 5000), b.mr.Addr+21000, b.mr.RKey))
-	check(t, "read", poll1(t, ea.scq), want{wrid: 5, op: verbs.WCRDMARead, len: 5000})
+	Check(t, "read", Poll1(t, ea.scq), Want{WRID: 5, Op: verbs.WCRDMARead, Len: 5000})
 	sameBytes(t, "read", a.buf[50000:55000], b.buf[21000:26000])
 	putBE64(b.buf[64000:], 7)
 	ea.post(verbs.SendWR{WRID: 6, Opcode: verbs.WRAtomicFetchAdd, Flags: verbs.SendSignaled, SG: []verbs.SGE{a.mr.SGE(64000, 8)},
 		RemoteAddr: b.mr.Addr + 64000, RKey: b.mr.RKey, CompareAdd: 5})
-	check(t, "fetch-add", poll1(t, ea.scq), want{wrid: 6, op: verbs.WCFetchAdd, len: 8})
+	Check(t, "fetch-add", Poll1(t, ea.scq), Want{WRID: 6, Op: verbs.WCFetchAdd, Len: 8})
 	if be64(a.buf[64000:]) != 7 || be64(b.buf[64000:]) != 12 {
 		t.Errorf("fetch-add: fetched %d, now %d; want 7, 12", be64(a.buf[64000:]), be64(b.buf[64000:]))
 	}
@@ -80,19 +80,19 @@ func pairTraffic(a, b *node, ea, eb *ep, p, rounds, size int) error {
 		if _, err := ea.qp.PostSend([]verbs.SendWR{w, send(uint64(r)<<1|1, a.mr.SGE(p*8192, size))}); err != nil {
 			return err
 		}
-		sw, err := pollE(ea.scq, 1)
+		sw, err := PollErr(ea.scq, 1)
 		if err != nil {
 			return err
 		}
-		rw, err := pollE(eb.rcq, 1)
+		rw, err := PollErr(eb.rcq, 1)
 		if err != nil {
 			return err
 		}
 		if w := sw[0]; w.Status != verbs.WCSuccess || w.WRID != uint64(r)<<1|1 || w.Opcode != verbs.WCSend || w.QPN != ea.qp.QPN() {
-			return fmt.Errorf("round %d: send completion %s", r, fmtWC(w))
+			return fmt.Errorf("round %d: send completion %s", r, FormatWC(w))
 		}
 		if w := rw[0]; w.Status != verbs.WCSuccess || w.WRID != uint64(r) || w.Opcode != verbs.WCRecv || w.ByteLen != uint32(size) || w.QPN != eb.qp.QPN() {
-			return fmt.Errorf("round %d: receive completion %s", r, fmtWC(w))
+			return fmt.Errorf("round %d: receive completion %s", r, FormatWC(w))
 		}
 		if !bytes.Equal(dst, msg) || !bytes.Equal(wdst, msg) {
 			return fmt.Errorf("round %d: data differs", r)
@@ -111,8 +111,8 @@ func fabricManyContexts(t *testing.T, s *suite) {
 		ef, et := link(t, from, to)
 		et.recv(rwr(uint64(i), to.mr.SGE(0, 64)))
 		ef.post(send(uint64(100+i), from.mr.SGE(0, 5)))
-		check(t, "relay send", poll1(t, ef.scq), want{wrid: uint64(100 + i), op: verbs.WCSend, len: anyLen})
-		check(t, "relay recv", poll1(t, et.rcq), want{wrid: uint64(i), op: verbs.WCRecv, len: 5})
+		Check(t, "relay send", Poll1(t, ef.scq), Want{WRID: uint64(100 + i), Op: verbs.WCSend, Len: AnyLen})
+		Check(t, "relay recv", Poll1(t, et.rcq), Want{WRID: uint64(i), Op: verbs.WCRecv, Len: 5})
 	}
 	sameBytes(t, "relayed", nodes[len(nodes)-1].buf[:5], []byte("relay"))
 }

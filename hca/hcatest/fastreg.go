@@ -28,7 +28,7 @@ func fastRegLifecycle(t *testing.T, s *suite) {
 	{
 		xa, xb := link(t, a, b)
 		xa.post(write(1, a.mr.SGE(0, 8), 0, fmr.RKey))
-		checkErr(t, "write through an unregistered fast-reg key", poll1(t, xa.scq), 1, verbs.WCRemAccessErr, xa.qp.QPN())
+		CheckErr(t, "write through an unregistered fast-reg key", Poll1(t, xa.scq), 1, verbs.WCRemAccessErr, xa.qp.QPN())
 		brokenResponder(t, xb, b.mr.SGE(0, 8))
 	}
 
@@ -39,27 +39,27 @@ func fastRegLifecycle(t *testing.T, s *suite) {
 	}
 	fill(a.buf[:8192], 4)
 	ea.post(write(11, a.mr.SGE(0, 8192), fmr.Addr+1000, key1))
-	check(t, "write through the new key", poll1(t, ea.scq), want{wrid: 11, op: verbs.WCRDMAWrite, len: anyLen})
+	Check(t, "write through the new key", Poll1(t, ea.scq), Want{WRID: 11, Op: verbs.WCRDMAWrite, Len: AnyLen})
 	sameBytes(t, "written through the fast-reg key", region[1000:9192], a.buf[:8192])
 	clear(a.buf[:8192])
 	ea.post(read(12, a.mr.SGE(0, 8192), fmr.Addr+1000, key1))
-	check(t, "read through the new key", poll1(t, ea.scq), want{wrid: 12, op: verbs.WCRDMARead, len: 8192})
+	Check(t, "read through the new key", Poll1(t, ea.scq), Want{WRID: 12, Op: verbs.WCRDMARead, Len: 8192})
 	sameBytes(t, "read through the fast-reg key", a.buf[:8192], region[1000:9192])
 	// Beyond the registered length: no access.
 	{
 		xa, xb := link(t, a, b)
 		xa.post(write(13, a.mr.SGE(0, 16), fmr.Addr+uint64(len(region))-8, key1))
-		checkErr(t, "write past the registered length", poll1(t, xa.scq), 13, verbs.WCRemAccessErr, xa.qp.QPN())
+		CheckErr(t, "write past the registered length", Poll1(t, xa.scq), 13, verbs.WCRemAccessErr, xa.qp.QPN())
 		brokenResponder(t, xb, b.mr.SGE(0, 8))
 	}
 
 	// LOCAL_INV: the key stops working.
 	eb.post(verbs.SendWR{WRID: 14, Opcode: verbs.WRLocalInv, Flags: verbs.SendSignaled, InvalidateRKey: key1})
-	check(t, "LOCAL_INV", poll1(t, eb.scq), want{wrid: 14, op: verbs.WCLocalInv, len: anyLen})
+	Check(t, "LOCAL_INV", Poll1(t, eb.scq), Want{WRID: 14, Op: verbs.WCLocalInv, Len: AnyLen})
 	{
 		xa, xb := link(t, a, b)
 		xa.post(write(15, a.mr.SGE(0, 8), fmr.Addr, key1))
-		checkErr(t, "write through the invalidated key", poll1(t, xa.scq), 15, verbs.WCRemAccessErr, xa.qp.QPN())
+		CheckErr(t, "write through the invalidated key", Poll1(t, xa.scq), 15, verbs.WCRemAccessErr, xa.qp.QPN())
 		brokenResponder(t, xb, b.mr.SGE(0, 8))
 	}
 
@@ -71,13 +71,13 @@ func fastRegLifecycle(t *testing.T, s *suite) {
 	}
 	fill(a.buf[:100], 8)
 	ea.post(write(17, a.mr.SGE(0, 100), fmr.Addr, key2))
-	check(t, "write through the second key", poll1(t, ea.scq), want{wrid: 17, op: verbs.WCRDMAWrite, len: anyLen})
+	Check(t, "write through the second key", Poll1(t, ea.scq), Want{WRID: 17, Op: verbs.WCRDMAWrite, Len: AnyLen})
 	sameBytes(t, "written through the second mapping", region[8192:8292], a.buf[:100])
 	for i, k := range []uint32{key1, variant(key2, 1)} {
 		xa, xb := link(t, a, b)
 		id := uint64(20 + i)
 		xa.post(write(id, a.mr.SGE(0, 8), fmr.Addr, k))
-		checkErr(t, "write through a stale variant", poll1(t, xa.scq), id, verbs.WCRemAccessErr, xa.qp.QPN())
+		CheckErr(t, "write through a stale variant", Poll1(t, xa.scq), id, verbs.WCRemAccessErr, xa.qp.QPN())
 		brokenResponder(t, xb, b.mr.SGE(0, 8))
 	}
 	// The registration gave no atomic right.
@@ -85,7 +85,7 @@ func fastRegLifecycle(t *testing.T, s *suite) {
 		xa, xb := link(t, a, b)
 		xa.post(verbs.SendWR{WRID: 30, Opcode: verbs.WRAtomicFetchAdd, Flags: verbs.SendSignaled, SG: []verbs.SGE{a.mr.SGE(0, 8)},
 			RemoteAddr: fmr.Addr, RKey: key2, CompareAdd: 1})
-		checkErr(t, "atomic without the atomic right", poll1(t, xa.scq), 30, verbs.WCRemAccessErr, xa.qp.QPN())
+		CheckErr(t, "atomic without the atomic right", Poll1(t, xa.scq), 30, verbs.WCRemAccessErr, xa.qp.QPN())
 		brokenResponder(t, xb, b.mr.SGE(0, 8))
 	}
 	if err := fmr.Dereg(); err != nil {
@@ -113,14 +113,14 @@ func fastRegPageList(t *testing.T, s *suite) {
 	fill(a.buf[:64], 0x31)
 	// 32 bytes before the boundary, 32 after.
 	ea.post(write(2, a.mr.SGE(0, 64), fmr.Addr+4000-32, key))
-	check(t, "write across the page boundary", poll1(t, ea.scq), want{wrid: 2, op: verbs.WCRDMAWrite, len: anyLen})
+	Check(t, "write across the page boundary", Poll1(t, ea.scq), Want{WRID: 2, Op: verbs.WCRDMAWrite, Len: AnyLen})
 	sameBytes(t, "end of the first page", p1[4096-32:], a.buf[:32])
 	sameBytes(t, "start of the second buffer", p2[:32], a.buf[32:64])
 	// An atomic on the second buffer through the fast-registered key.
 	putBE64(p2[4096:], 1000)
 	ea.post(verbs.SendWR{WRID: 3, Opcode: verbs.WRAtomicFetchAdd, Flags: verbs.SendSignaled, SG: []verbs.SGE{a.mr.SGE(128, 8)},
 		RemoteAddr: fmr.Addr + 4000 + 4096, RKey: key, CompareAdd: 24})
-	check(t, "atomic through the page list", poll1(t, ea.scq), want{wrid: 3, op: verbs.WCFetchAdd, len: 8})
+	Check(t, "atomic through the page list", Poll1(t, ea.scq), Want{WRID: 3, Op: verbs.WCFetchAdd, Len: 8})
 	if be64(a.buf[128:]) != 1000 || be64(p2[4096:]) != 1024 {
 		t.Errorf("atomic: fetched %d, now %d; want 1000, 1024", be64(a.buf[128:]), be64(p2[4096:]))
 	}
@@ -146,7 +146,7 @@ func fastRegLocalKey(t *testing.T, s *suite) {
 	fill(ra[4000:4200], 0x51)
 	eb.recv(rwr(2, verbs.SGE{Addr: fb.Addr + 4090, Length: 300, LKey: fb.LKey}))
 	ea.post(send(3, verbs.SGE{Addr: fa.Addr + 4000, Length: 200, LKey: fa.LKey}))
-	check(t, "send from a fast-reg lkey", poll1(t, ea.scq), want{wrid: 3, op: verbs.WCSend, len: anyLen})
-	check(t, "receive into a fast-reg lkey", poll1(t, eb.rcq), want{wrid: 2, op: verbs.WCRecv, len: 200})
+	Check(t, "send from a fast-reg lkey", Poll1(t, ea.scq), Want{WRID: 3, Op: verbs.WCSend, Len: AnyLen})
+	Check(t, "receive into a fast-reg lkey", Poll1(t, eb.rcq), Want{WRID: 2, Op: verbs.WCRecv, Len: 200})
 	sameBytes(t, "received", rb[4090:4290], ra[4000:4200])
 }

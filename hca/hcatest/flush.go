@@ -48,31 +48,31 @@ func flushAfterError(t *testing.T, s *suite, remote bool) {
 			exp = append(exp, uint64(1000+i))
 		}
 	}
-	got := poll(t, ea.scq, len(exp)+n-k)
+	got := Poll(t, ea.scq, len(exp)+n-k)
 	for i, id := range exp {
-		op, l := verbs.WCRDMAWrite, anyLen
+		op, l := verbs.WCRDMAWrite, AnyLen
 		if (id-1000)%3 == 2 {
 			op, l = verbs.WCRDMARead, 8
 		}
-		check(t, fmt.Sprintf("completion %d", i), got[i], want{wrid: id, op: op, len: l, qpn: ea.qp.QPN()})
+		Check(t, fmt.Sprintf("completion %d", i), got[i], Want{WRID: id, Op: op, Len: l, QPN: ea.qp.QPN()})
 	}
 	got = got[len(exp):]
-	checkErr(t, "the failing WR", got[0], uint64(1000+k), st, ea.qp.QPN())
+	CheckErr(t, "the failing WR", got[0], uint64(1000+k), st, ea.qp.QPN())
 	for i := k + 1; i < n; i++ {
-		checkErr(t, fmt.Sprintf("WR %d after the error", i), got[i-k], uint64(1000+i), verbs.WCWRFlushErr, ea.qp.QPN())
+		CheckErr(t, fmt.Sprintf("WR %d after the error", i), got[i-k], uint64(1000+i), verbs.WCWRFlushErr, ea.qp.QPN())
 	}
 	// Posted after the error: flushed, in order, signaled or not.
 	ea.post(write(2000, a.mr.SGE(0, 8), b.mr.Addr, b.mr.RKey),
 		verbs.SendWR{WRID: 2001, Opcode: verbs.WRSend, SG: []verbs.SGE{a.mr.SGE(0, 8)}},
 		read(2002, a.mr.SGE(0, 8), b.mr.Addr, b.mr.RKey))
-	for i, wc := range poll(t, ea.scq, 3) {
-		checkErr(t, "posted after the error", wc, uint64(2000+i), verbs.WCWRFlushErr, ea.qp.QPN())
+	for i, wc := range Poll(t, ea.scq, 3) {
+		CheckErr(t, "posted after the error", wc, uint64(2000+i), verbs.WCWRFlushErr, ea.qp.QPN())
 	}
-	quietCQ(t, ea.scq, quiet, "requester send CQ")
+	Quiet(t, ea.scq, quiet, "requester send CQ")
 	if remote {
 		brokenResponder(t, eb, b.mr.SGE(0, 8))
 	} else {
-		quietCQ(t, eb.rcq, 0, "responder receive CQ")
+		Quiet(t, eb.rcq, 0, "responder receive CQ")
 	}
 }
 
@@ -84,24 +84,24 @@ func flushReceives(t *testing.T, s *suite) {
 	// One receive consumed normally first.
 	ea.recv(rwr(1, a.mr.SGE(0, 64)))
 	eb.post(send(2, b.mr.SGE(0, 10)))
-	check(t, "receive before the error", poll1(t, ea.rcq), want{wrid: 1, op: verbs.WCRecv, len: 10})
-	check(t, "its send", poll1(t, eb.scq), want{wrid: 2, op: verbs.WCSend, len: anyLen})
+	Check(t, "receive before the error", Poll1(t, ea.rcq), Want{WRID: 1, Op: verbs.WCRecv, Len: 10})
+	Check(t, "its send", Poll1(t, eb.scq), Want{WRID: 2, Op: verbs.WCSend, Len: AnyLen})
 	for i := range 10 {
 		ea.recv(rwr(uint64(100+i), a.mr.SGE(64*i, 64)))
 	}
 	// A remote access error puts a's QP in error.
 	ea.post(write(3, a.mr.SGE(0, 8), b.mr.Addr, 0x00DEAD00))
-	checkErr(t, "failing write", poll1(t, ea.scq), 3, verbs.WCRemAccessErr, ea.qp.QPN())
-	for i, wc := range poll(t, ea.rcq, 10) {
-		checkErr(t, "receive posted before the error", wc, uint64(100+i), verbs.WCWRFlushErr, ea.qp.QPN())
+	CheckErr(t, "failing write", Poll1(t, ea.scq), 3, verbs.WCRemAccessErr, ea.qp.QPN())
+	for i, wc := range Poll(t, ea.rcq, 10) {
+		CheckErr(t, "receive posted before the error", wc, uint64(100+i), verbs.WCWRFlushErr, ea.qp.QPN())
 	}
 	for i := range 5 {
 		ea.recv(rwr(uint64(200+i), a.mr.SGE(64*i, 64)))
 	}
-	for i, wc := range poll(t, ea.rcq, 5) {
-		checkErr(t, "receive posted after the error", wc, uint64(200+i), verbs.WCWRFlushErr, ea.qp.QPN())
+	for i, wc := range Poll(t, ea.rcq, 5) {
+		CheckErr(t, "receive posted after the error", wc, uint64(200+i), verbs.WCWRFlushErr, ea.qp.QPN())
 	}
-	quietCQ(t, ea.rcq, quiet, "receive CQ")
+	Quiet(t, ea.rcq, quiet, "receive CQ")
 }
 
 // flushModifyToError: moving a QP to ERR flushes its posted receives and
@@ -113,13 +113,13 @@ func flushModifyToError(t *testing.T, s *suite) {
 	if err := ea.qp.Modify(&verbs.QPAttr{State: verbs.StateErr}); err != nil {
 		t.Fatalf("modify to ERR: %v", err)
 	}
-	for i, wc := range poll(t, ea.rcq, 2) {
-		checkErr(t, "receive", wc, uint64(1+i), verbs.WCWRFlushErr, ea.qp.QPN())
+	for i, wc := range Poll(t, ea.rcq, 2) {
+		CheckErr(t, "receive", wc, uint64(1+i), verbs.WCWRFlushErr, ea.qp.QPN())
 	}
 	ea.post(send(3, a.mr.SGE(0, 8)), verbs.SendWR{WRID: 4, Opcode: verbs.WRRDMAWrite, SG: []verbs.SGE{a.mr.SGE(0, 8)}, RemoteAddr: b.mr.Addr, RKey: b.mr.RKey})
-	for i, wc := range poll(t, ea.scq, 2) {
-		checkErr(t, "send WR", wc, uint64(3+i), verbs.WCWRFlushErr, ea.qp.QPN())
+	for i, wc := range Poll(t, ea.scq, 2) {
+		CheckErr(t, "send WR", wc, uint64(3+i), verbs.WCWRFlushErr, ea.qp.QPN())
 	}
-	quietCQ(t, ea.scq, quiet, "send CQ")
-	quietCQ(t, ea.rcq, 0, "receive CQ")
+	Quiet(t, ea.scq, quiet, "send CQ")
+	Quiet(t, ea.rcq, 0, "receive CQ")
 }

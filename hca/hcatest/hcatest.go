@@ -37,7 +37,6 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
-	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -347,139 +346,6 @@ func (e *ep) recv(wrs ...verbs.RecvWR) {
 	}
 }
 
-// poll waits for exactly n completions on c (more may follow).
-func poll(t testing.TB, c *verbs.CQ, n int) []verbs.WC {
-	t.Helper()
-	out, err := pollE(c, n)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out
-}
-
-// pollE is poll for goroutines other than the test's: it returns an error
-// instead of failing the test.
-func pollE(c *verbs.CQ, n int) ([]verbs.WC, error) {
-	out := make([]verbs.WC, 0, n)
-	wcs := make([]verbs.WC, 16)
-	deadline := time.Now().Add(waitFor)
-	idle := 0
-	for len(out) < n {
-		k, err := c.Poll(wcs[:min(len(wcs), n-len(out))])
-		if err != nil {
-			return out, fmt.Errorf("poll cq %d: %v", c.Handle(), err)
-		}
-		out = append(out, wcs[:k]...)
-		if k > 0 {
-			idle = 0
-			continue
-		}
-		if time.Now().After(deadline) {
-			return out, fmt.Errorf("cq %d: %d of %d completions in %v: %s", c.Handle(), len(out), n, waitFor, fmtWCs(out))
-		}
-		if idle++; idle > 100 {
-			time.Sleep(50 * time.Microsecond)
-		}
-	}
-	return out, nil
-}
-
-// poll1 waits for one completion.
-func poll1(t testing.TB, c *verbs.CQ) verbs.WC {
-	t.Helper()
-	return poll(t, c, 1)[0]
-}
-
-// quietCQ fails if c yields a completion within d.
-func quietCQ(t testing.TB, c *verbs.CQ, d time.Duration, what string) {
-	t.Helper()
-	wcs := make([]verbs.WC, 8)
-	deadline := time.Now().Add(d)
-	for {
-		k, err := c.Poll(wcs)
-		if err != nil {
-			t.Fatalf("poll cq %d: %v", c.Handle(), err)
-		}
-		if k > 0 {
-			t.Errorf("%s: unexpected completions: %s", what, fmtWCs(wcs[:k]))
-			return
-		}
-		if time.Now().After(deadline) {
-			return
-		}
-		time.Sleep(200 * time.Microsecond)
-	}
-}
-
-func fmtWCs(wcs []verbs.WC) string {
-	var b bytes.Buffer
-	for i, w := range wcs {
-		if i > 0 {
-			b.WriteString(", ")
-		}
-		b.WriteString(fmtWC(w))
-	}
-	return "[" + b.String() + "]"
-}
-
-func fmtWC(w verbs.WC) string {
-	s := fmt.Sprintf("{wr_id %#x %v opcode %d len %d qpn %#x", w.WRID, w.Status, w.Opcode, w.ByteLen, w.QPN)
-	if w.WithImm {
-		s += fmt.Sprintf(" imm %#x", w.Imm)
-	}
-	if w.WithInv {
-		s += fmt.Sprintf(" inv %#x", w.Imm)
-	}
-	if w.VendorErr != 0 {
-		s += fmt.Sprintf(" vendor %#x", w.VendorErr)
-	}
-	return s + "}"
-}
-
-// anyLen in a want skips the byte count (undefined for the completion).
-const anyLen = -1
-
-// want is an expected successful completion.
-type want struct {
-	wrid    uint64
-	op      verbs.WCOpcode
-	len     int // anyLen: not checked
-	imm     uint32
-	withImm bool
-	withInv bool
-	qpn     uint32 // 0: not checked
-}
-
-// check compares a successful completion with w; a mismatch ends the
-// scenario.
-func check(t testing.TB, what string, got verbs.WC, w want) {
-	t.Helper()
-	ok := got.Status == verbs.WCSuccess && got.WRID == w.wrid && got.Opcode == w.op &&
-		(w.len == anyLen || got.ByteLen == uint32(w.len)) &&
-		got.WithImm == w.withImm && got.WithInv == w.withInv &&
-		(!(w.withImm || w.withInv) || got.Imm == w.imm) &&
-		(w.qpn == 0 || got.QPN == w.qpn)
-	if !ok {
-		wl := "any"
-		if w.len != anyLen {
-			wl = fmt.Sprint(w.len)
-		}
-		// Fatal: what the scenario does next (comparing memory a peer may
-		// still be writing, after a failed transfer) means nothing now.
-		t.Fatalf("%s: got %s, want {wr_id %#x IBV_WC_SUCCESS opcode %d len %s imm %#x (imm %v inv %v) qpn %#x}",
-			what, fmtWC(got), w.wrid, w.op, wl, w.imm, w.withImm, w.withInv, w.qpn)
-	}
-}
-
-// checkErr compares an error completion: its id, status and QP (opcode
-// and byte count are undefined for error completions).
-func checkErr(t testing.TB, what string, got verbs.WC, wrid uint64, st verbs.WCStatus, qpn uint32) {
-	t.Helper()
-	if got.WRID != wrid || got.Status != st || (qpn != 0 && got.QPN != qpn) {
-		t.Fatalf("%s: got %s, want {wr_id %#x %v qpn %#x}", what, fmtWC(got), wrid, st, qpn)
-	}
-}
-
 // fill writes a recognisable pattern, seeded, into b.
 func fill(b []byte, seed byte) {
 	for i := range b {
@@ -583,7 +449,7 @@ func variant(key uint32, d int) uint32 { return key&^0xFF | uint32(uint8(int(key
 func brokenResponder(t testing.TB, b *ep, buf verbs.SGE) {
 	t.Helper()
 	b.recv(rwr(0xF1F1, buf))
-	checkErr(t, "receive posted to the responder after the error", poll1(t, b.rcq), 0xF1F1, verbs.WCWRFlushErr, b.qp.QPN())
-	quietCQ(t, b.rcq, quiet, "responder receive CQ")
-	quietCQ(t, b.scq, 0, "responder send CQ")
+	CheckErr(t, "receive posted to the responder after the error", Poll1(t, b.rcq), 0xF1F1, verbs.WCWRFlushErr, b.qp.QPN())
+	Quiet(t, b.rcq, quiet, "responder receive CQ")
+	Quiet(t, b.scq, 0, "responder send CQ")
 }

@@ -135,13 +135,13 @@ func ieUntil(t testing.TB, c *verbs.CQ, wrid uint64) []verbs.WC {
 	t.Helper()
 	var out []verbs.WC
 	for len(out) < 16 {
-		wc := poll1(t, c)
+		wc := Poll1(t, c)
 		out = append(out, wc)
 		if wc.WRID == wrid {
 			return out
 		}
 	}
-	t.Fatalf("no completion of wr_id %#x among %s", wrid, fmtWCs(out))
+	t.Fatalf("no completion of wr_id %#x among %s", wrid, FormatWCs(out))
 	return nil
 }
 
@@ -280,18 +280,18 @@ func ieRunCase(t *testing.T, s *suite, a, b *node, c ieCase, seed byte) {
 			dst = pm.wireSGE(0, ieWLen)
 		}
 		eb.recv(rwr(11, dst))
-		ea.run("SEND from the signature lkey", send(10, lsge), anyLen)
+		ea.run("SEND from the signature lkey", send(10, lsge), AnyLen)
 		eb.recvOK("receive of the SEND", 11, ieWLen)
 	case c.send:
 		ea.recv(rwr(11, lsge))
-		eb.run("SEND", send(10, b.mr.SGE(iePStream, ieWLen)), anyLen)
+		eb.run("SEND", send(10, b.mr.SGE(iePStream, ieWLen)), AnyLen)
 		ea.recvOK("receive into the signature lkey", 11, ieWLen)
 	case c.gather && !c.remote:
 		raddr, rkey := b.mr.Addr+iePStream, b.mr.RKey
 		if pm != nil {
 			raddr, rkey = 0, pm.RKey
 		}
-		ea.run("RDMA WRITE from the signature lkey", write(10, lsge, raddr, rkey), anyLen)
+		ea.run("RDMA WRITE from the signature lkey", write(10, lsge, raddr, rkey), AnyLen)
 	case c.gather:
 		dst := b.mr.SGE(iePStream, ieWLen)
 		if pm != nil {
@@ -301,7 +301,7 @@ func ieRunCase(t *testing.T, s *suite, a, b *node, c ieCase, seed byte) {
 	case !c.remote:
 		ea.run("RDMA READ into the signature lkey", read(10, lsge, b.mr.Addr+iePStream, b.mr.RKey), ieWLen)
 	default:
-		eb.run("RDMA WRITE to the signature rkey", write(10, b.mr.SGE(iePStream, ieWLen), 0, hm.RKey), anyLen)
+		eb.run("RDMA WRITE to the signature rkey", write(10, b.mr.SGE(iePStream, ieWLen), 0, hm.RKey), AnyLen)
 	}
 	detMR.wantErr("signature status", verbs.SigErr{Type: c.typ, Expected: exp, Actual: act, Offset: uint64(k * ieWB), Key: detMR.RKey})
 	if pm != nil {
@@ -341,7 +341,7 @@ func ieInsertUnchecked(t *testing.T, s *suite) {
 		if remote {
 			eb.run("READ", read(2, b.mr.SGE(0, ieWLen), 0, hm.RKey), ieWLen)
 		} else {
-			ea.run("WRITE", write(3, hm.wireSGE(0, ieWLen), b.mr.Addr, b.mr.RKey), anyLen)
+			ea.run("WRITE", write(3, hm.wireSGE(0, ieWLen), b.mr.Addr, b.mr.RKey), AnyLen)
 		}
 		hm.status("insert over changed data", nil)
 		sameBytes(t, "wire stream", b.buf[:ieWLen], ieStream(t, data))
@@ -366,7 +366,7 @@ func ieRearm(t *testing.T, s *suite) {
 	reg := func() uint32 {
 		t.Helper()
 		if wrid > 0 {
-			ea.run("LOCAL_INV", localInv(next(), hm.RKey), anyLen)
+			ea.run("LOCAL_INV", localInv(next(), hm.RKey), AnyLen)
 		}
 		return hm.regWait(a.sg(ieHData, ieDataLen), nil, ieInsertStrip, next())
 	}
@@ -383,7 +383,7 @@ func ieRearm(t *testing.T, s *suite) {
 		copy(b.buf, w)
 		clear(a.buf[ieHData : ieHData+ieDataLen])
 		id := next()
-		eb.run("RDMA WRITE to the signature rkey", write(id, b.mr.SGE(first*ieWB, (ieBlocks-first)*ieWB), uint64(first*ieWB), hm.RKey), anyLen)
+		eb.run("RDMA WRITE to the signature rkey", write(id, b.mr.SGE(first*ieWB, (ieBlocks-first)*ieWB), uint64(first*ieWB), hm.RKey), AnyLen)
 		d, _ := ieSplit(w)
 		sameBytes(t, "stripped data", a.buf[ieHData+first*ieIV:ieHData+ieDataLen], d[first*ieIV:])
 		return e
@@ -443,7 +443,7 @@ func ieReadFails(t testing.TB, what string, host, peer *node, rkey uint32, wrid 
 	t.Helper()
 	xh, xp := sigLink(t, host, peer)
 	xp.post(read(wrid, peer.mr.SGE(ieSpare, ieWLen), 0, rkey))
-	checkErr(t, what, poll1(t, xp.scq), wrid, verbs.WCRemAccessErr, xp.qp.QPN())
+	CheckErr(t, what, Poll1(t, xp.scq), wrid, verbs.WCRemAccessErr, xp.qp.QPN())
 	brokenResponder(t, xh, host.mr.SGE(ieSpare, 64))
 }
 
@@ -463,20 +463,20 @@ func ieReRegNoInv(t *testing.T, s *suite) {
 		write(4, a.mr.SGE(ieSpare, 8), b.mr.Addr+ieSpare, b.mr.RKey))
 	wcs := ieUntil(t, ea.scq, 4)
 	if w := wcs[0]; w.WRID != 3 || w.Status == verbs.WCSuccess || w.Status == verbs.WCWRFlushErr || w.QPN != ea.qp.QPN() {
-		t.Errorf("REG_MR_INTEGRITY over a valid key: got %s, want an error completion of wr_id 0x3", fmtWC(w))
+		t.Errorf("REG_MR_INTEGRITY over a valid key: got %s, want an error completion of wr_id 0x3", FormatWC(w))
 	}
 	// The REG's SET_PSV WQEs may flush under its wr_id; then the WRITE.
 	for _, w := range wcs[1:] {
 		if (w.WRID != 3 && w.WRID != 4) || w.Status != verbs.WCWRFlushErr {
-			t.Errorf("after the failed REG: got %s, want flush errors", fmtWC(w))
+			t.Errorf("after the failed REG: got %s, want flush errors", FormatWC(w))
 		}
 	}
 	if last := wcs[len(wcs)-1]; last.WRID != 4 || last.Status != verbs.WCWRFlushErr {
-		t.Errorf("WRITE after the failed REG: got %s, want IBV_WC_WR_FLUSH_ERR", fmtWC(last))
+		t.Errorf("WRITE after the failed REG: got %s, want IBV_WC_WR_FLUSH_ERR", FormatWC(last))
 	}
 	// The QP is in error: a receive posted to it is flushed too.
 	ea.recv(rwr(0xF2, a.mr.SGE(ieSpare, 64)))
-	checkErr(t, "receive posted after the failed REG", poll1(t, ea.rcq), 0xF2, verbs.WCWRFlushErr, ea.qp.QPN())
+	CheckErr(t, "receive posted after the failed REG", Poll1(t, ea.rcq), 0xF2, verbs.WCWRFlushErr, ea.qp.QPN())
 	// A new QP pair: the first registration is intact.
 	xh, xp := sigLink(t, a, b)
 	ieReadOK(t, "READ through the key of the registration the failed REG left", xp, key1, data, 5)
@@ -496,8 +496,8 @@ func ieReRegNoCheck(t *testing.T, s *suite) {
 		{WRID: 3, Opcode: verbs.WRLocalInv, Flags: verbs.SendSignaled, InvalidateRKey: key1},
 		{WRID: 4, Opcode: verbs.WRRegMRIntegrity, Flags: verbs.SendSignaled, MR: hm.MR, Access: sigAccess},
 	}, 1, verbs.ErrInvalid)
-	check(t, "LOCAL_INV", poll1(t, ea.scq), want{wrid: 3, op: verbs.WCLocalInv, len: anyLen})
-	quietCQ(t, ea.scq, quiet, "after the refused REG")
+	Check(t, "LOCAL_INV", Poll1(t, ea.scq), Want{WRID: 3, Op: verbs.WCLocalInv, Len: AnyLen})
+	Quiet(t, ea.scq, quiet, "after the refused REG")
 	if e, err := hm.CheckMRStatus(); e != nil || err != nil {
 		t.Errorf("CheckMRStatus = %+v, %v; want no error", e, err)
 	}
@@ -516,7 +516,7 @@ func ieStaleKey(t *testing.T, s *suite) {
 	key1 := hm.regWait(sg, nil, ieInsertStrip, 1)
 	ieReadOK(t, "READ through the first key", eb, key1, data, 2)
 	hm.status("status", nil)
-	ea.run("LOCAL_INV", localInv(3, key1), anyLen)
+	ea.run("LOCAL_INV", localInv(3, key1), AnyLen)
 	key2 := hm.regWait(sg, nil, ieInsertStrip, 4)
 	if key2 == key1 || key2>>8 != key1>>8 {
 		t.Errorf("re-registered key %#x; want the index of %#x with another variant", key2, key1)
@@ -527,23 +527,23 @@ func ieStaleKey(t *testing.T, s *suite) {
 	{
 		xh, _ := sigLink(t, a, b)
 		xh.post(write(7, verbs.SGE{Length: ieWLen, LKey: key1}, b.mr.Addr+ieSpare, b.mr.RKey))
-		checkErr(t, "WRITE from the previous variant's lkey", poll1(t, xh.scq), 7, verbs.WCLocProtErr, xh.qp.QPN())
+		CheckErr(t, "WRITE from the previous variant's lkey", Poll1(t, xh.scq), 7, verbs.WCLocProtErr, xh.qp.QPN())
 	}
 	hm.status("status", nil)
 
 	// An app tag error at block 3 recorded under key3, checked after the
 	// key was bumped to key4.
-	ea.run("LOCAL_INV", localInv(8, key2), anyLen)
+	ea.run("LOCAL_INV", localInv(8, key2), AnyLen)
 	key3 := hm.regWait(sg, nil, ieInsertStrip, 9)
 	w := ieStream(t, data)
 	ieCorrupt(verbs.SigBadAppTag, w, 3)
 	copy(b.buf[ieSpare:], w)
-	eb.run("WRITE with a bad app tag", write(10, b.mr.SGE(ieSpare, ieWLen), 0, key3), anyLen)
-	quietCQ(t, ea.scq, quiet, "the host's CQ with the signature error") // the driver records the error
+	eb.run("WRITE with a bad app tag", write(10, b.mr.SGE(ieSpare, ieWLen), 0, key3), AnyLen)
+	Quiet(t, ea.scq, quiet, "the host's CQ with the signature error") // the driver records the error
 	hm.IncKey()
 	key4 := hm.RKey
 	hm.wantErr("error recorded under the previous variant", verbs.SigErr{Type: verbs.SigBadGuard, Offset: 0, Key: key3})
-	ea.run("LOCAL_INV", localInv(11, key3), anyLen)
+	ea.run("LOCAL_INV", localInv(11, key3), AnyLen)
 	hm.postReg(12)
 	ieReadOK(t, "READ through the key after it", eb, key4, data, 13)
 	hm.status("status", nil)
@@ -581,9 +581,9 @@ func iePostRefused(t *testing.T, s *suite) {
 	postErr(t, "REG_SIG_MR on a QP without integrity", plain.qp, []verbs.SendWR{regS(sig, dsge)}, 0, verbs.ErrInvalid)
 	// The refused WRs left the QP working.
 	fill(a.buf[ieSpare:ieSpare+64], 0x61)
-	plain.run("WRITE after the refused WRs", write(3, a.mr.SGE(ieSpare, 64), b.mr.Addr+ieSpare, b.mr.RKey), anyLen)
+	plain.run("WRITE after the refused WRs", write(3, a.mr.SGE(ieSpare, 64), b.mr.Addr+ieSpare, b.mr.RKey), AnyLen)
 	sameBytes(t, "written", b.buf[ieSpare:ieSpare+64], a.buf[ieSpare:ieSpare+64])
-	quietCQ(t, plain.scq, quiet, "QP without integrity")
+	Quiet(t, plain.scq, quiet, "QP without integrity")
 
 	atomic := regI(hm.MR)
 	atomic.Access |= verbs.AccessRemoteAtomic
@@ -604,7 +604,7 @@ func iePostRefused(t *testing.T, s *suite) {
 	} {
 		postErr(t, c.what, ea.qp, []verbs.SendWR{c.wr}, 0, verbs.ErrInvalid)
 	}
-	quietCQ(t, ea.scq, quiet, "integrity QP after the refused WRs")
+	Quiet(t, ea.scq, quiet, "integrity QP after the refused WRs")
 	if e, err := a.mr.CheckMRStatus(); e != nil || !errors.Is(err, verbs.ErrInvalid) {
 		t.Errorf("CheckMRStatus of an MR without signature = %+v, %v; want %v", e, err, verbs.ErrInvalid)
 	}
@@ -670,7 +670,7 @@ func ieMapLimits(t *testing.T, s *suite) {
 	// completes after the registration.
 	ea.post(verbs.SendWR{WRID: 1, Opcode: verbs.WRRegMRIntegrity, MR: hm.MR, Access: sigAccess},
 		write(2, a.mr.SGE(ieSpare, 8), b.mr.Addr+ieSpare, b.mr.RKey))
-	check(t, "WRITE after the registration", poll1(t, ea.scq), want{wrid: 2, op: verbs.WCRDMAWrite, len: anyLen})
+	Check(t, "WRITE after the registration", Poll1(t, ea.scq), Want{WRID: 2, Op: verbs.WCRDMAWrite, Len: AnyLen})
 	clear(b.buf[:len(w)])
 	eb.run("READ through the KLM-mapped key", read(3, b.mr.SGE(0, len(w)), 0, hm.RKey), len(w))
 	sameBytes(t, "stream read through the KLM-mapped key", b.buf[:len(w)], w)
@@ -703,7 +703,7 @@ func ieOldAPI(t *testing.T, s *suite) {
 		t.Helper()
 		sig.IncKey()
 		ea.run("REG_SIG_MR", verbs.SendWR{WRID: wrid, Opcode: verbs.WRRegSigMR, Flags: verbs.SendSignaled, MR: sig.MR,
-			SG: []verbs.SGE{dmr.SGE(0, ieDataLen)}, Prot: &prot, Access: sigAccess}, anyLen)
+			SG: []verbs.SGE{dmr.SGE(0, ieDataLen)}, Prot: &prot, Access: sigAccess}, AnyLen)
 	}
 	// Capture what goes on the wire between the two QPs (if the device
 	// lets us), else compare what the peer READs.
@@ -760,7 +760,7 @@ func ieOldAPI(t *testing.T, s *suite) {
 
 	// A bad ref tag in the protection MR, block 5: reported through the
 	// signature MR after it is invalidated and registered again.
-	ea.run("LOCAL_INV", localInv(5, sig.RKey), anyLen)
+	ea.run("LOCAL_INV", localInv(5, sig.RKey), AnyLen)
 	regSig(6)
 	w := append([]byte(nil), good...)
 	exp, act := ieCorrupt(verbs.SigBadRefTag, w, 5)
@@ -774,7 +774,7 @@ func ieOldAPI(t *testing.T, s *suite) {
 
 	// LOCAL_INV of the signature key: no more access through it.
 	old := sig.RKey
-	ea.run("LOCAL_INV", localInv(8, old), anyLen)
+	ea.run("LOCAL_INV", localInv(8, old), AnyLen)
 	if s.wireHook != nil {
 		s.wireHook(nil)
 	}
@@ -783,13 +783,13 @@ func ieOldAPI(t *testing.T, s *suite) {
 	sameBytes(t, "READ after REG_SIG_MR again", readAll("READ after REG_SIG_MR again", sig.RKey, 11), good)
 	// REG_SIG_MR too needs CheckMRStatus since the last registration
 	// (mlx5's set_sig_umr_wr): refused at post, nothing posted.
-	ea.run("LOCAL_INV", localInv(12, sig.RKey), anyLen)
+	ea.run("LOCAL_INV", localInv(12, sig.RKey), AnyLen)
 	sig.IncKey()
 	if n, err := ea.qp.PostSend([]verbs.SendWR{{WRID: 13, Opcode: verbs.WRRegSigMR, Flags: verbs.SendSignaled, MR: sig.MR,
 		SG: []verbs.SGE{dmr.SGE(0, ieDataLen)}, Prot: &prot, Access: sigAccess}}); n != 0 || !errors.Is(err, verbs.ErrInvalid) {
 		t.Errorf("REG_SIG_MR without a status check: posted %d, %v; want 0, ErrInvalid", n, err)
 	}
-	quietCQ(t, ea.scq, quiet, "refused REG_SIG_MR")
+	Quiet(t, ea.scq, quiet, "refused REG_SIG_MR")
 	sig.status("signature MR status", nil)
 	regSig(14)
 }
@@ -806,8 +806,8 @@ func ieSendWithInv(t *testing.T, s *suite) {
 
 	ea.recv(rwr(3, a.mr.SGE(ieSpare, 64)))
 	fill(b.buf[ieSpare:ieSpare+32], 0x19)
-	eb.run("SEND_WITH_INV", verbs.SendWR{WRID: 4, Opcode: verbs.WRSendWithInv, Flags: verbs.SendSignaled, SG: b.sg(ieSpare, 32), InvalidateRKey: key}, anyLen)
-	check(t, "receive of SEND_WITH_INV", poll1(t, ea.rcq), want{wrid: 3, op: verbs.WCRecv, len: 32, imm: key, withInv: true})
+	eb.run("SEND_WITH_INV", verbs.SendWR{WRID: 4, Opcode: verbs.WRSendWithInv, Flags: verbs.SendSignaled, SG: b.sg(ieSpare, 32), InvalidateRKey: key}, AnyLen)
+	Check(t, "receive of SEND_WITH_INV", Poll1(t, ea.rcq), Want{WRID: 3, Op: verbs.WCRecv, Len: 32, Imm: key, WithInv: true})
 	sameBytes(t, "received", a.buf[ieSpare:ieSpare+32], b.buf[ieSpare:ieSpare+32])
 
 	ieReadFails(t, "READ through the remotely invalidated key", a, b, key, 5)
@@ -845,7 +845,7 @@ func ieChained(t *testing.T, s *suite) {
 		wrs = append(wrs, verbs.SendWR{WRID: 2, Opcode: verbs.WRRegMRIntegrity, MR: hm.MR, Access: sigAccess},
 			write(3, hm.wireSGE(0, ieWLen), b.mr.Addr, b.mr.RKey))
 		ea.post(wrs...)
-		check(t, "RDMA WRITE chained after the registration", poll1(t, ea.scq), want{wrid: 3, op: verbs.WCRDMAWrite, len: anyLen})
+		Check(t, "RDMA WRITE chained after the registration", Poll1(t, ea.scq), Want{WRID: 3, Op: verbs.WCRDMAWrite, Len: AnyLen})
 		hm.wantErr(fmt.Sprintf("I/O %d", i), verbs.SigErr{Type: typ, Expected: exp, Actual: act, Offset: uint64(k * ieWB), Key: hm.RKey})
 		sameBytes(t, "wire stream at the peer", b.buf[:ieWLen], w)
 	}
@@ -861,11 +861,11 @@ func ieErrorCQ(t *testing.T, s *suite) {
 	w := ieStream(t, pattern(ieDataLen, 0x7E))
 	exp, act := ieCorrupt(verbs.SigBadGuard, w, 4)
 	copy(b.buf[ieSpare:], w)
-	p2.run("WRITE through the second QP", write(2, b.mr.SGE(ieSpare, ieWLen), 0, key), anyLen)
-	quietCQ(t, e1.scq, quiet, "send CQ of the host QP that did not serve the WRITE")
+	p2.run("WRITE through the second QP", write(2, b.mr.SGE(ieSpare, ieWLen), 0, key), AnyLen)
+	Quiet(t, e1.scq, quiet, "send CQ of the host QP that did not serve the WRITE")
 	if e, err := hm.CheckMRStatus(); e != nil || err != nil {
 		t.Errorf("CheckMRStatus before the serving QP's CQ was polled = %+v, %v; want nothing recorded yet", e, err)
 	}
 	hm.on(e2).wantErr("after polling the serving QP's send CQ", verbs.SigErr{Type: verbs.SigBadGuard, Expected: exp, Actual: act, Offset: 4 * ieWB, Key: key})
-	quietCQ(t, p1.scq, 0, "the other peer")
+	Quiet(t, p1.scq, 0, "the other peer")
 }

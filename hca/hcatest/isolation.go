@@ -56,7 +56,7 @@ func qpInjection(t *testing.T, s *suite) {
 			wr := op.wr
 			wr.WRID = 100
 			ec.post(wr)
-			wc := poll1(t, ec.scq)
+			wc := Poll1(t, ec.scq)
 			if s.hardware && wc.Status == verbs.WCSuccess {
 				served = true
 				if op.name == "READ" && !bytes.Equal(c.buf[:64], victim[:64]) {
@@ -67,7 +67,7 @@ func qpInjection(t *testing.T, s *suite) {
 			if s.hardware {
 				continue
 			}
-			checkErr(t, what, wc, 100, verbs.WCRetryExcErr, ec.qp.QPN())
+			CheckErr(t, what, wc, 100, verbs.WCRetryExcErr, ec.qp.QPN())
 			if op.name == "READ" {
 				sameBytes(t, what+": attacker's buffer", c.buf[:64], pattern(64, 0xC3))
 			}
@@ -83,19 +83,19 @@ func qpInjection(t *testing.T, s *suite) {
 		}
 		return
 	}
-	quietCQ(t, ea.rcq, 0, "victim's receive CQ (its receive is still posted)")
-	quietCQ(t, ea.scq, 0, "victim's send CQ")
+	Quiet(t, ea.rcq, 0, "victim's receive CQ (its receive is still posted)")
+	Quiet(t, ea.scq, 0, "victim's send CQ")
 	// The victim's own traffic: its peer writes, reads and sends; its
 	// receive, posted before the attack, takes the SEND.
 	fill(b.buf[:256], 0x11)
 	eb.post(write(2, b.mr.SGE(0, 256), a.mr.Addr, a.mr.RKey))
-	check(t, "peer's write after the attack", poll1(t, eb.scq), want{wrid: 2, op: verbs.WCRDMAWrite, len: anyLen})
+	Check(t, "peer's write after the attack", Poll1(t, eb.scq), Want{WRID: 2, Op: verbs.WCRDMAWrite, Len: AnyLen})
 	eb.post(read(3, b.mr.SGE(1024, 256), a.mr.Addr, a.mr.RKey))
-	check(t, "peer's read after the attack", poll1(t, eb.scq), want{wrid: 3, op: verbs.WCRDMARead, len: 256})
+	Check(t, "peer's read after the attack", Poll1(t, eb.scq), Want{WRID: 3, Op: verbs.WCRDMARead, Len: 256})
 	sameBytes(t, "peer's read", b.buf[1024:1280], b.buf[:256])
 	eb.post(send(4, b.mr.SGE(0, 32)))
-	check(t, "peer's send", poll1(t, eb.scq), want{wrid: 4, op: verbs.WCSend, len: anyLen})
-	check(t, "the victim's receive, posted before the attack", poll1(t, ea.rcq), want{wrid: 1, op: verbs.WCRecv, len: 32})
+	Check(t, "peer's send", Poll1(t, eb.scq), Want{WRID: 4, Op: verbs.WCSend, Len: AnyLen})
+	Check(t, "the victim's receive, posted before the attack", Poll1(t, ea.rcq), Want{WRID: 1, Op: verbs.WCRecv, Len: 32})
 	ea.post(write(5, a.mr.SGE(0, 64), b.mr.Addr+2048, b.mr.RKey))
-	check(t, "victim's own write", poll1(t, ea.scq), want{wrid: 5, op: verbs.WCRDMAWrite, len: anyLen})
+	Check(t, "victim's own write", Poll1(t, ea.scq), Want{WRID: 5, Op: verbs.WCRDMAWrite, Len: AnyLen})
 }

@@ -31,7 +31,7 @@ func fencedWriteAfterRead(t *testing.T, s *suite) {
 		w := write(uint64(round)<<8|2, a.mr.SGE(8192, n), b.mr.Addr+32768, b.mr.RKey)
 		w.Flags |= verbs.SendFence
 		ea.post(r, w)
-		check(t, "fenced write", poll1(t, ea.scq), want{wrid: w.WRID, op: verbs.WCRDMAWrite, len: anyLen})
+		Check(t, "fenced write", Poll1(t, ea.scq), Want{WRID: w.WRID, Op: verbs.WCRDMAWrite, Len: AnyLen})
 		sameBytes(t, fmt.Sprintf("round %d: what the fenced write carried", round), b.buf[32768:32768+n], b.buf[:n])
 		if t.Failed() {
 			return
@@ -52,9 +52,9 @@ func fencedSendAfterRead(t *testing.T, s *suite) {
 		sd := send(uint64(round)<<8|2, a.mr.SGE(8192, n))
 		sd.Flags |= verbs.SendFence
 		ea.post(r, sd)
-		check(t, "read", poll1(t, ea.scq), want{wrid: r.WRID, op: verbs.WCRDMARead, len: n})
-		check(t, "fenced send", poll1(t, ea.scq), want{wrid: sd.WRID, op: verbs.WCSend, len: anyLen})
-		check(t, "its receive", poll1(t, eb.rcq), want{wrid: uint64(round), op: verbs.WCRecv, len: n})
+		Check(t, "read", Poll1(t, ea.scq), Want{WRID: r.WRID, Op: verbs.WCRDMARead, Len: n})
+		Check(t, "fenced send", Poll1(t, ea.scq), Want{WRID: sd.WRID, Op: verbs.WCSend, Len: AnyLen})
+		Check(t, "its receive", Poll1(t, eb.rcq), Want{WRID: uint64(round), Op: verbs.WCRecv, Len: n})
 		sameBytes(t, fmt.Sprintf("round %d: what the fenced send carried", round), b.buf[16384:16384+n], b.buf[:n])
 		if t.Failed() {
 			return
@@ -75,7 +75,7 @@ func fencedWriteAfterAtomic(t *testing.T, s *suite) {
 		w := write(uint64(round)<<8|2, a.mr.SGE(64, 8), b.mr.Addr+uint64(8*(round+1)), b.mr.RKey)
 		w.Flags |= verbs.SendFence
 		ea.post(fa, w)
-		check(t, "fenced write", poll1(t, ea.scq), want{wrid: w.WRID, op: verbs.WCRDMAWrite, len: anyLen})
+		Check(t, "fenced write", Poll1(t, ea.scq), Want{WRID: w.WRID, Op: verbs.WCRDMAWrite, Len: AnyLen})
 		if got := be64(b.buf[8*(round+1):]); got != uint64(1000+round) {
 			t.Fatalf("round %d: the fenced write carried %d, want %d", round, got, 1000+round)
 		}
@@ -99,7 +99,7 @@ func writesInOrder(t *testing.T, s *suite) {
 			wrs = append(wrs, w)
 		}
 		ea.post(wrs...)
-		check(t, "last write", poll1(t, ea.scq), want{wrid: uint64(round*1000 + n - 1), op: verbs.WCRDMAWrite, len: anyLen})
+		Check(t, "last write", Poll1(t, ea.scq), Want{WRID: uint64(round*1000 + n - 1), Op: verbs.WCRDMAWrite, Len: AnyLen})
 		if got := be64(b.buf); got != uint64(round*1000+n-1) {
 			t.Fatalf("round %d: remote word %d after in-order writes, want %d", round, got, round*1000+n-1)
 		}
@@ -124,11 +124,11 @@ func writesBeforeImm(t *testing.T, s *suite) {
 		wrs = append(wrs, verbs.SendWR{WRID: 99, Opcode: verbs.WRRDMAWriteWithImm, Flags: verbs.SendSignaled, Imm: uint32(round),
 			SG: []verbs.SGE{a.mr.SGE(60000, 8)}, RemoteAddr: b.mr.Addr + 60000, RKey: b.mr.RKey})
 		ea.post(wrs...)
-		check(t, "write with imm", poll1(t, eb.rcq), want{wrid: uint64(round), op: verbs.WCRecvRDMAWithImm, len: 8, imm: uint32(round), withImm: true})
+		Check(t, "write with imm", Poll1(t, eb.rcq), Want{WRID: uint64(round), Op: verbs.WCRecvRDMAWithImm, Len: 8, Imm: uint32(round), WithImm: true})
 		for i := range 15 {
 			sameBytes(t, fmt.Sprintf("round %d write %d", round, i), b.buf[4000*i:4000*i+3000], a.buf[4000*i:4000*i+3000])
 		}
-		check(t, "requester", poll1(t, ea.scq), want{wrid: 99, op: verbs.WCRDMAWrite, len: anyLen})
+		Check(t, "requester", Poll1(t, ea.scq), Want{WRID: 99, Op: verbs.WCRDMAWrite, Len: AnyLen})
 		if t.Failed() {
 			return
 		}
@@ -151,11 +151,11 @@ func writesBeforeSend(t *testing.T, s *suite) {
 		}
 		wrs = append(wrs, send(99, a.mr.SGE(0, 10)))
 		ea.post(wrs...)
-		check(t, "send", poll1(t, eb.rcq), want{wrid: uint64(round), op: verbs.WCRecv, len: 10})
+		Check(t, "send", Poll1(t, eb.rcq), Want{WRID: uint64(round), Op: verbs.WCRecv, Len: 10})
 		for i := range 12 {
 			sameBytes(t, fmt.Sprintf("round %d write %d", round, i), b.buf[5000*i:5000*i+4999], a.buf[5000*i:5000*i+4999])
 		}
-		check(t, "requester", poll1(t, ea.scq), want{wrid: 99, op: verbs.WCSend, len: anyLen})
+		Check(t, "requester", Poll1(t, ea.scq), Want{WRID: 99, Op: verbs.WCSend, Len: AnyLen})
 		if t.Failed() {
 			return
 		}

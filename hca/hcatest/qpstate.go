@@ -49,15 +49,15 @@ func postBeforeRTS(t *testing.T, s *suite) {
 	}
 	copy(b.buf, "to RTR")
 	eb.post(send(4, b.mr.SGE(0, 6)))
-	check(t, "send to a QP in RTR", poll1(t, eb.scq), want{wrid: 4, op: verbs.WCSend, len: anyLen})
-	check(t, "receive posted in INIT, consumed in RTR", poll1(t, ea.rcq), want{wrid: 3, op: verbs.WCRecv, len: 6})
+	Check(t, "send to a QP in RTR", Poll1(t, eb.scq), Want{WRID: 4, Op: verbs.WCSend, Len: AnyLen})
+	Check(t, "receive posted in INIT, consumed in RTR", Poll1(t, ea.rcq), Want{WRID: 3, Op: verbs.WCRecv, Len: 6})
 	sameBytes(t, "received in RTR", a.buf[:6], []byte("to RTR"))
 	if err := ea.qp.Modify(&verbs.QPAttr{State: verbs.StateRTS, SQPSN: ea.qp.Info().PSN, Timeout: 14, RetryCnt: 7, RNRRetry: 7, MaxRDAtomic: 16}); err != nil {
 		t.Fatalf("to RTS: %v", err)
 	}
 	ea.post(wr...)
-	check(t, "write in RTS", poll1(t, ea.scq), want{wrid: 1, op: verbs.WCRDMAWrite, len: anyLen})
-	quietCQ(t, ea.scq, quiet, "send CQ (the refused WRs never ran)")
+	Check(t, "write in RTS", Poll1(t, ea.scq), Want{WRID: 1, Op: verbs.WCRDMAWrite, Len: AnyLen})
+	Quiet(t, ea.scq, quiet, "send CQ (the refused WRs never ran)")
 }
 
 // tooManySGE: a WR with more SGEs than the QP allows is refused with
@@ -78,10 +78,10 @@ func tooManySGE(t *testing.T, s *suite) {
 	} else if !strings.Contains(err.Error(), "WR 2") {
 		t.Errorf("error %q does not name WR 2", err)
 	}
-	for i, wc := range poll(t, ea.scq, 2) {
-		check(t, "posted WR", wc, want{wrid: uint64(1 + i), op: verbs.WCRDMAWrite, len: anyLen})
+	for i, wc := range Poll(t, ea.scq, 2) {
+		Check(t, "posted WR", wc, Want{WRID: uint64(1 + i), Op: verbs.WCRDMAWrite, Len: AnyLen})
 	}
-	quietCQ(t, ea.scq, quiet, "send CQ")
+	Quiet(t, ea.scq, quiet, "send CQ")
 	n, err = eb.qp.PostRecv([]verbs.RecvWR{rwr(5, b.mr.SGE(0, 8), b.mr.SGE(8, 8)), rwr(6, b.mr.SGE(0, 8), b.mr.SGE(8, 8), b.mr.SGE(16, 8))})
 	if n != 1 || !errors.Is(err, verbs.ErrTooManySGE) {
 		t.Errorf("PostRecv: %d, %v; want 1, ErrTooManySGE", n, err)
@@ -112,8 +112,8 @@ func ringFull(t *testing.T, s *suite) {
 		t.Fatalf("after %d WRs: %v; want ErrRingFull after at least %d", capacity, err, c.MaxSendWR)
 	}
 	postErr(t, "PostSend on a full ring", ea.qp, []verbs.SendWR{wr(1000)}, 0, verbs.ErrRingFull)
-	for i, wc := range poll(t, ea.scq, capacity) {
-		check(t, "completion", wc, want{wrid: uint64(i), op: verbs.WCRDMAWrite, len: anyLen})
+	for i, wc := range Poll(t, ea.scq, capacity) {
+		Check(t, "completion", wc, Want{WRID: uint64(i), Op: verbs.WCRDMAWrite, Len: AnyLen})
 	}
 	// A batch larger than the ring: the ones that fit are posted.
 	var wrs []verbs.SendWR
@@ -121,10 +121,10 @@ func ringFull(t *testing.T, s *suite) {
 		wrs = append(wrs, wr(2000+i))
 	}
 	postErr(t, "oversized batch", ea.qp, wrs, capacity, verbs.ErrRingFull)
-	for i, wc := range poll(t, ea.scq, capacity) {
-		check(t, "batch completion", wc, want{wrid: uint64(2000 + i), op: verbs.WCRDMAWrite, len: anyLen})
+	for i, wc := range Poll(t, ea.scq, capacity) {
+		Check(t, "batch completion", wc, Want{WRID: uint64(2000 + i), Op: verbs.WCRDMAWrite, Len: AnyLen})
 	}
-	quietCQ(t, ea.scq, quiet, "send CQ")
+	Quiet(t, ea.scq, quiet, "send CQ")
 
 	// The receive queue likewise.
 	rcapacity := 0
@@ -141,8 +141,8 @@ func ringFull(t *testing.T, s *suite) {
 		t.Fatalf("after %d receives: %v; want ErrRingFull after at least %d", rcapacity, err, c.MaxRecvWR)
 	}
 	ea.post(send(3000, a.mr.SGE(0, 8)))
-	check(t, "send", poll1(t, ea.scq), want{wrid: 3000, op: verbs.WCSend, len: anyLen})
-	check(t, "recv", poll1(t, eb.rcq), want{wrid: 0, op: verbs.WCRecv, len: 8})
+	Check(t, "send", Poll1(t, ea.scq), Want{WRID: 3000, Op: verbs.WCSend, Len: AnyLen})
+	Check(t, "recv", Poll1(t, eb.rcq), Want{WRID: 0, Op: verbs.WCRecv, Len: 8})
 	eb.recv(rwr(4000, b.mr.SGE(0, 8)))
 	if n, err := eb.qp.PostRecv([]verbs.RecvWR{rwr(4001, b.mr.SGE(0, 8))}); n != 0 || !errors.Is(err, verbs.ErrRingFull) {
 		t.Errorf("PostRecv on a full receive queue: %d, %v; want 0, ErrRingFull", n, err)
@@ -155,8 +155,8 @@ func badOpcode(t *testing.T, s *suite) {
 	ea, _ := link(t, a, b)
 	postErr(t, "bad opcode", ea.qp, []verbs.SendWR{{WRID: 1, Opcode: verbs.WROpcode(99), Flags: verbs.SendSignaled}}, 0, verbs.ErrBadOpcode)
 	postErr(t, "bad opcode second", ea.qp, []verbs.SendWR{write(2, a.mr.SGE(0, 8), b.mr.Addr, b.mr.RKey), {WRID: 3, Opcode: verbs.WROpcode(250)}}, 1, verbs.ErrBadOpcode)
-	check(t, "the WR before the bad one", poll1(t, ea.scq), want{wrid: 2, op: verbs.WCRDMAWrite, len: anyLen})
-	quietCQ(t, ea.scq, quiet, "send CQ")
+	Check(t, "the WR before the bad one", Poll1(t, ea.scq), Want{WRID: 2, Op: verbs.WCRDMAWrite, Len: AnyLen})
+	Quiet(t, ea.scq, quiet, "send CQ")
 }
 
 // sqdDrain: RTS→SQD reports SQ_DRAINED; WRs posted in SQD wait until
@@ -165,7 +165,7 @@ func sqdDrain(t *testing.T, s *suite) {
 	a, b := s.pair(t)
 	ea, eb := link(t, a, b)
 	ea.post(write(1, a.mr.SGE(0, 8), b.mr.Addr, b.mr.RKey))
-	check(t, "write in RTS", poll1(t, ea.scq), want{wrid: 1, op: verbs.WCRDMAWrite, len: anyLen})
+	Check(t, "write in RTS", Poll1(t, ea.scq), Want{WRID: 1, Op: verbs.WCRDMAWrite, Len: AnyLen})
 	if err := ea.qp.Modify(&verbs.QPAttr{State: verbs.StateSQD}); err != nil {
 		t.Fatalf("to SQD: %v", err)
 	}
@@ -177,23 +177,23 @@ func sqdDrain(t *testing.T, s *suite) {
 	copy(b.buf[8192:], "into SQD")
 	ea.recv(rwr(5, a.mr.SGE(12288, 64)))
 	eb.post(write(6, b.mr.SGE(8192, 8), a.mr.Addr+16384, a.mr.RKey), send(7, b.mr.SGE(8192, 8)))
-	check(t, "peer write into a QP in SQD", poll1(t, eb.scq), want{wrid: 6, op: verbs.WCRDMAWrite, len: anyLen})
-	check(t, "peer send into a QP in SQD", poll1(t, eb.scq), want{wrid: 7, op: verbs.WCSend, len: anyLen})
-	check(t, "receive in SQD", poll1(t, ea.rcq), want{wrid: 5, op: verbs.WCRecv, len: 8})
+	Check(t, "peer write into a QP in SQD", Poll1(t, eb.scq), Want{WRID: 6, Op: verbs.WCRDMAWrite, Len: AnyLen})
+	Check(t, "peer send into a QP in SQD", Poll1(t, eb.scq), Want{WRID: 7, Op: verbs.WCSend, Len: AnyLen})
+	Check(t, "receive in SQD", Poll1(t, ea.rcq), Want{WRID: 5, Op: verbs.WCRecv, Len: 8})
 	sameBytes(t, "written into SQD", a.buf[16384:16392], []byte("into SQD"))
-	quietCQ(t, ea.scq, 3*quiet, "send CQ in SQD")
+	Quiet(t, ea.scq, 3*quiet, "send CQ in SQD")
 	sameBytes(t, "remote memory while the WR waits in SQD", b.buf[:4096], make([]byte, 4096))
 	if err := ea.qp.Modify(&verbs.QPAttr{State: verbs.StateRTS}); err != nil {
 		t.Fatalf("SQD to RTS: %v", err)
 	}
-	check(t, "write posted in SQD", poll1(t, ea.scq), want{wrid: 2, op: verbs.WCRDMAWrite, len: anyLen})
+	Check(t, "write posted in SQD", Poll1(t, ea.scq), Want{WRID: 2, Op: verbs.WCRDMAWrite, Len: AnyLen})
 	sameBytes(t, "written after SQD→RTS", b.buf[:4096], a.buf[:4096])
 	quietEvents(t, a.ctx, hca.EventSQDrained, quiet)
 	// The QP still serves its peer: SQD→RTS keeps the remote access
 	// rights it was connected with.
 	fill(b.buf[:64], 0x6E)
 	eb.post(write(3, b.mr.SGE(0, 64), a.mr.Addr+8192, a.mr.RKey))
-	check(t, "peer write into the QP after SQD→RTS", poll1(t, eb.scq), want{wrid: 3, op: verbs.WCRDMAWrite, len: anyLen})
+	Check(t, "peer write into the QP after SQD→RTS", Poll1(t, eb.scq), Want{WRID: 3, Op: verbs.WCRDMAWrite, Len: AnyLen})
 	sameBytes(t, "peer write", a.buf[8192:8256], b.buf[:64])
 }
 
@@ -224,8 +224,8 @@ func sqdOutstanding(t *testing.T, s *suite) {
 	}
 	quietEvents(t, a.ctx, hca.EventSQDrained, quiet)
 	eb.recv(rwr(2, b.mr.SGE(0, 64)))
-	check(t, "outstanding send", poll1(t, ea.scq), want{wrid: 1, op: verbs.WCSend, len: anyLen})
-	check(t, "its receive", poll1(t, eb.rcq), want{wrid: 2, op: verbs.WCRecv, len: 8})
+	Check(t, "outstanding send", Poll1(t, ea.scq), Want{WRID: 1, Op: verbs.WCSend, Len: AnyLen})
+	Check(t, "its receive", Poll1(t, eb.rcq), Want{WRID: 2, Op: verbs.WCRecv, Len: 8})
 	waitEvent(t, a.ctx, hca.EventSQDrained, ea.qp.QPN())
 }
 
@@ -238,7 +238,7 @@ func rtsToRTSKeepsAccess(t *testing.T, s *suite) {
 		t.Fatalf("RTS to RTS: %v", err)
 	}
 	eb.post(write(1, b.mr.SGE(0, 8), a.mr.Addr, a.mr.RKey))
-	check(t, "peer write after RTS→RTS", poll1(t, eb.scq), want{wrid: 1, op: verbs.WCRDMAWrite, len: anyLen})
+	Check(t, "peer write after RTS→RTS", Poll1(t, eb.scq), Want{WRID: 1, Op: verbs.WCRDMAWrite, Len: AnyLen})
 }
 
 // resetAndReuse: QPs moved to RESET (from ERR, or with work posted)
@@ -252,16 +252,16 @@ func resetAndReuse(t *testing.T, s *suite) {
 		copy(a.buf, "hello")
 		eb.recv(rwr(base+1, b.mr.SGE(1000, 64)))
 		ea.post(send(base+2, a.mr.SGE(0, 5)))
-		check(t, "send", poll1(t, ea.scq), want{wrid: base + 2, op: verbs.WCSend, len: anyLen})
-		check(t, "recv", poll1(t, eb.rcq), want{wrid: base + 1, op: verbs.WCRecv, len: 5})
+		Check(t, "send", Poll1(t, ea.scq), Want{WRID: base + 2, Op: verbs.WCSend, Len: AnyLen})
+		Check(t, "recv", Poll1(t, eb.rcq), Want{WRID: base + 1, Op: verbs.WCRecv, Len: 5})
 		ea.recv(rwr(base+3, a.mr.SGE(2000, 64)))
 		eb.post(send(base+4, b.mr.SGE(1000, 5)))
-		check(t, "reply", poll1(t, eb.scq), want{wrid: base + 4, op: verbs.WCSend, len: anyLen})
-		check(t, "reply recv", poll1(t, ea.rcq), want{wrid: base + 3, op: verbs.WCRecv, len: 5})
+		Check(t, "reply", Poll1(t, eb.scq), Want{WRID: base + 4, Op: verbs.WCSend, Len: AnyLen})
+		Check(t, "reply recv", Poll1(t, ea.rcq), Want{WRID: base + 3, Op: verbs.WCRecv, Len: 5})
 		sameBytes(t, "reply data", a.buf[2000:2005], []byte("hello"))
 		fill(b.buf[4096:8192], byte(round))
 		ea.post(read(base+5, a.mr.SGE(4096, 4096), b.mr.Addr+4096, b.mr.RKey))
-		check(t, "read", poll1(t, ea.scq), want{wrid: base + 5, op: verbs.WCRDMARead, len: 4096})
+		Check(t, "read", Poll1(t, ea.scq), Want{WRID: base + 5, Op: verbs.WCRDMARead, Len: 4096})
 		sameBytes(t, "read data", a.buf[4096:8192], b.buf[4096:8192])
 	}
 	reset := func() {
@@ -280,7 +280,7 @@ func resetAndReuse(t *testing.T, s *suite) {
 	exchange(1)
 	// From ERR (a remote access error on both sides).
 	ea.post(write(150, a.mr.SGE(0, 8), b.mr.Addr, 0x00BAD000))
-	checkErr(t, "failing write", poll1(t, ea.scq), 150, verbs.WCRemAccessErr, ea.qp.QPN())
+	CheckErr(t, "failing write", Poll1(t, ea.scq), 150, verbs.WCRemAccessErr, ea.qp.QPN())
 	reset()
 	exchange(2)
 	// With receives posted and not consumed: dropped without completions.
@@ -288,10 +288,10 @@ func resetAndReuse(t *testing.T, s *suite) {
 	eb.recv(rwr(252, b.mr.SGE(0, 64)))
 	reset()
 	exchange(3)
-	quietCQ(t, ea.rcq, quiet, "a receive CQ")
-	quietCQ(t, eb.rcq, 0, "b receive CQ")
-	quietCQ(t, ea.scq, 0, "a send CQ")
-	quietCQ(t, eb.scq, 0, "b send CQ")
+	Quiet(t, ea.rcq, quiet, "a receive CQ")
+	Quiet(t, eb.rcq, 0, "b receive CQ")
+	Quiet(t, ea.scq, 0, "a send CQ")
+	Quiet(t, eb.scq, 0, "b send CQ")
 	// Many cycles.
 	for r := 4; r < 30; r++ {
 		reset()
@@ -317,7 +317,7 @@ func badTransitions(t *testing.T, s *suite) {
 		t.Errorf("RTS to INIT: no error")
 	}
 	ea.post(write(1, a.mr.SGE(0, 8), b.mr.Addr, b.mr.RKey))
-	check(t, "write after refused modifies", poll1(t, ea.scq), want{wrid: 1, op: verbs.WCRDMAWrite, len: anyLen})
+	Check(t, "write after refused modifies", Poll1(t, ea.scq), Want{WRID: 1, Op: verbs.WCRDMAWrite, Len: AnyLen})
 }
 
 // objectLifetimes: a PD, CQ or MR in use cannot go away; once its users
@@ -335,7 +335,7 @@ func objectLifetimes(t *testing.T, s *suite) {
 	connect(t, ea, eb, nil, nil)
 	fastReg(t, ea, fmr, []verbs.SGE{mr.SGE(0, 8192)}, allAccess, 1)
 	ea.post(write(2, mr.SGE(0, 8), b.mr.Addr, b.mr.RKey))
-	check(t, "write", poll1(t, ea.scq), want{wrid: 2, op: verbs.WCRDMAWrite, len: anyLen})
+	Check(t, "write", Poll1(t, ea.scq), Want{WRID: 2, Op: verbs.WCRDMAWrite, Len: AnyLen})
 	if err := pd.Dealloc(); err == nil {
 		t.Fatalf("dealloc of a PD with a QP and MRs: no error")
 	}
@@ -366,7 +366,7 @@ func objectLifetimes(t *testing.T, s *suite) {
 	}
 	// The peer's QP sees a vanished peer.
 	eb.post(write(3, b.mr.SGE(0, 8), mr.Addr, mr.RKey))
-	if wc := poll1(t, eb.scq); wc.Status == verbs.WCSuccess {
-		t.Errorf("write to a destroyed QP succeeded: %s", fmtWC(wc))
+	if wc := Poll1(t, eb.scq); wc.Status == verbs.WCSuccess {
+		t.Errorf("write to a destroyed QP succeeded: %s", FormatWC(wc))
 	}
 }

@@ -33,7 +33,7 @@ func rdmaWrite(t *testing.T, s *suite) {
 		clear(b.buf)
 		id := uint64(i + 1)
 		ea.post(write(id, a.mr.SGE(c.loff, c.n), b.mr.Addr+uint64(c.roff), b.mr.RKey))
-		check(t, "write", poll1(t, ea.scq), want{wrid: id, op: verbs.WCRDMAWrite, len: anyLen})
+		Check(t, "write", Poll1(t, ea.scq), Want{WRID: id, Op: verbs.WCRDMAWrite, Len: AnyLen})
 		sameBytes(t, fmt.Sprintf("write %d at %d", c.n, c.roff), b.buf[c.roff:c.roff+c.n], a.buf[c.loff:c.loff+c.n])
 		sameBytes(t, "bytes around the write", b.buf[:c.roff], make([]byte, c.roff))
 		sameBytes(t, "bytes after the write", b.buf[c.roff+c.n:], make([]byte, bufSize-c.roff-c.n))
@@ -42,7 +42,7 @@ func rdmaWrite(t *testing.T, s *suite) {
 	clear(b.buf)
 	ea.post(verbs.SendWR{WRID: 9, Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled,
 		SG: []verbs.SGE{a.mr.SGE(0, 10), a.mr.SGE(1000, 20), a.mr.SGE(50000, 30)}, RemoteAddr: b.mr.Addr + 300, RKey: b.mr.RKey})
-	check(t, "gathered write", poll1(t, ea.scq), want{wrid: 9, op: verbs.WCRDMAWrite, len: anyLen})
+	Check(t, "gathered write", Poll1(t, ea.scq), Want{WRID: 9, Op: verbs.WCRDMAWrite, Len: AnyLen})
 	var msg []byte
 	msg = append(msg, a.buf[0:10]...)
 	msg = append(msg, a.buf[1000:1020]...)
@@ -61,14 +61,14 @@ func rdmaWriteWithImm(t *testing.T, s *suite) {
 	eb.recv(rwr(11, b.mr.SGE(60000, 64)), rwr(12))
 	ea.post(verbs.SendWR{WRID: 21, Opcode: verbs.WRRDMAWriteWithImm, Flags: verbs.SendSignaled, Imm: 0xA1B2C3D4,
 		SG: []verbs.SGE{a.mr.SGE(0, 1000)}, RemoteAddr: b.mr.Addr + 512, RKey: b.mr.RKey})
-	check(t, "write with imm", poll1(t, ea.scq), want{wrid: 21, op: verbs.WCRDMAWrite, len: anyLen})
-	check(t, "its receive", poll1(t, eb.rcq), want{wrid: 11, op: verbs.WCRecvRDMAWithImm, len: 1000, imm: 0xA1B2C3D4, withImm: true, qpn: eb.qp.QPN()})
+	Check(t, "write with imm", Poll1(t, ea.scq), Want{WRID: 21, Op: verbs.WCRDMAWrite, Len: AnyLen})
+	Check(t, "its receive", Poll1(t, eb.rcq), Want{WRID: 11, Op: verbs.WCRecvRDMAWithImm, Len: 1000, Imm: 0xA1B2C3D4, WithImm: true, QPN: eb.qp.QPN()})
 	sameBytes(t, "written data", b.buf[512:1512], a.buf[:1000])
 	sameBytes(t, "the receive buffer", b.buf[60000:60064], make([]byte, 64))
 	// A zero-length write with immediate into a receive without buffers.
 	ea.post(verbs.SendWR{WRID: 22, Opcode: verbs.WRRDMAWriteWithImm, Flags: verbs.SendSignaled, Imm: 7, RemoteAddr: b.mr.Addr, RKey: b.mr.RKey})
-	check(t, "zero-length write with imm", poll1(t, ea.scq), want{wrid: 22, op: verbs.WCRDMAWrite, len: anyLen})
-	check(t, "its receive", poll1(t, eb.rcq), want{wrid: 12, op: verbs.WCRecvRDMAWithImm, len: 0, imm: 7, withImm: true})
+	Check(t, "zero-length write with imm", Poll1(t, ea.scq), Want{WRID: 22, Op: verbs.WCRDMAWrite, Len: AnyLen})
+	Check(t, "its receive", Poll1(t, eb.rcq), Want{WRID: 12, Op: verbs.WCRecvRDMAWithImm, Len: 0, Imm: 7, WithImm: true})
 }
 
 // rdmaRead reads remote data into scattered local buffers.
@@ -80,14 +80,14 @@ func rdmaRead(t *testing.T, s *suite) {
 		clear(a.buf)
 		id := uint64(i + 1)
 		ea.post(read(id, a.mr.SGE(c.loff, c.n), b.mr.Addr+uint64(c.roff), b.mr.RKey))
-		check(t, "read", poll1(t, ea.scq), want{wrid: id, op: verbs.WCRDMARead, len: c.n})
+		Check(t, "read", Poll1(t, ea.scq), Want{WRID: id, Op: verbs.WCRDMARead, Len: c.n})
 		sameBytes(t, fmt.Sprintf("read %d from %d", c.n, c.roff), a.buf[c.loff:c.loff+c.n], b.buf[c.roff:c.roff+c.n])
 		sameBytes(t, "local bytes after the read", a.buf[c.loff+c.n:], make([]byte, bufSize-c.loff-c.n))
 	}
 	clear(a.buf)
 	ea.post(verbs.SendWR{WRID: 9, Opcode: verbs.WRRDMARead, Flags: verbs.SendSignaled,
 		SG: []verbs.SGE{a.mr.SGE(8000, 5), a.mr.SGE(100, 3000), a.mr.SGE(40000, 1)}, RemoteAddr: b.mr.Addr + 1, RKey: b.mr.RKey})
-	check(t, "scattered read", poll1(t, ea.scq), want{wrid: 9, op: verbs.WCRDMARead, len: 3006})
+	Check(t, "scattered read", Poll1(t, ea.scq), Want{WRID: 9, Op: verbs.WCRDMARead, Len: 3006})
 	sameBytes(t, "first piece", a.buf[8000:8005], b.buf[1:6])
 	sameBytes(t, "second piece", a.buf[100:3100], b.buf[6:3006])
 	sameBytes(t, "third piece", a.buf[40000:40001], b.buf[3006:3007])
@@ -109,7 +109,7 @@ func atomicFetchAdd(t *testing.T, s *suite) {
 		id := uint64(i + 1)
 		ea.post(verbs.SendWR{WRID: id, Opcode: verbs.WRAtomicFetchAdd, Flags: verbs.SendSignaled, SG: []verbs.SGE{a.mr.SGE(0, 8)},
 			RemoteAddr: b.mr.Addr + 1024, RKey: b.mr.RKey, CompareAdd: c.add})
-		check(t, "fetch-add", poll1(t, ea.scq), want{wrid: id, op: verbs.WCFetchAdd, len: 8})
+		Check(t, "fetch-add", Poll1(t, ea.scq), Want{WRID: id, Op: verbs.WCFetchAdd, Len: 8})
 		if got := be64(a.buf); got != c.init {
 			t.Errorf("fetch-add %d: fetched %#x, want %#x", i, got, c.init)
 		}
@@ -126,8 +126,8 @@ func atomicFetchAdd(t *testing.T, s *suite) {
 			SG: []verbs.SGE{a.mr.SGE(8*i, 8)}, RemoteAddr: b.mr.Addr + 2048, RKey: b.mr.RKey, CompareAdd: 3})
 	}
 	ea.post(wrs...)
-	for i, wc := range poll(t, ea.scq, n) {
-		check(t, "fetch-add batch", wc, want{wrid: uint64(100 + i), op: verbs.WCFetchAdd, len: 8})
+	for i, wc := range Poll(t, ea.scq, n) {
+		Check(t, "fetch-add batch", wc, Want{WRID: uint64(100 + i), Op: verbs.WCFetchAdd, Len: 8})
 		if got := be64(a.buf[8*i:]); got != uint64(3*i) {
 			t.Errorf("fetch-add batch %d fetched %d, want %d", i, got, 3*i)
 		}
@@ -155,7 +155,7 @@ func atomicCompareSwap(t *testing.T, s *suite) {
 		id := uint64(i + 1)
 		ea.post(verbs.SendWR{WRID: id, Opcode: verbs.WRAtomicCmpSwp, Flags: verbs.SendSignaled, SG: []verbs.SGE{a.mr.SGE(0, 8)},
 			RemoteAddr: b.mr.Addr + 4096 + uint64(8*i), RKey: b.mr.RKey, CompareAdd: c.cmp, Swap: c.swap})
-		check(t, "compare-swap", poll1(t, ea.scq), want{wrid: id, op: verbs.WCCompSwap, len: 8})
+		Check(t, "compare-swap", Poll1(t, ea.scq), Want{WRID: id, Op: verbs.WCCompSwap, Len: 8})
 		if got := be64(a.buf); got != c.init {
 			t.Errorf("compare-swap %d: fetched %#x, want %#x", i, got, c.init)
 		}
@@ -179,8 +179,8 @@ func inlineSend(t *testing.T, s *suite) {
 		ea.post(verbs.SendWR{WRID: sid, Opcode: verbs.WRSend, Flags: verbs.SendSignaled | verbs.SendInline,
 			SG: []verbs.SGE{{Addr: a.mr.Addr + 1000, Length: uint32(n)}}})
 		fill(a.buf[1000:1000+n], 0xAA) // after posting
-		check(t, "inline send", poll1(t, ea.scq), want{wrid: sid, op: verbs.WCSend, len: anyLen})
-		check(t, "its receive", poll1(t, eb.rcq), want{wrid: rid, op: verbs.WCRecv, len: n})
+		Check(t, "inline send", Poll1(t, ea.scq), Want{WRID: sid, Op: verbs.WCSend, Len: AnyLen})
+		Check(t, "its receive", Poll1(t, eb.rcq), Want{WRID: rid, Op: verbs.WCRecv, Len: n})
 		sameBytes(t, fmt.Sprintf("inline send of %d", n), b.buf[:n], want1)
 	}
 	// Inline from two pieces, with immediate.
@@ -190,8 +190,8 @@ func inlineSend(t *testing.T, s *suite) {
 	ea.post(verbs.SendWR{WRID: 31, Opcode: verbs.WRSendWithImm, Imm: 99, Flags: verbs.SendSignaled | verbs.SendInline,
 		SG: []verbs.SGE{a.mr.SGE(2000, 3), a.mr.SGE(3000, 5)}})
 	copy(a.buf[2000:], "XXX")
-	check(t, "inline send with imm", poll1(t, ea.scq), want{wrid: 31, op: verbs.WCSend, len: anyLen})
-	check(t, "its receive", poll1(t, eb.rcq), want{wrid: 30, op: verbs.WCRecv, len: 8, imm: 99, withImm: true})
+	Check(t, "inline send with imm", Poll1(t, ea.scq), Want{WRID: 31, Op: verbs.WCSend, Len: AnyLen})
+	Check(t, "its receive", Poll1(t, eb.rcq), Want{WRID: 30, Op: verbs.WCRecv, Len: 8, Imm: 99, WithImm: true})
 	sameBytes(t, "two inline pieces", b.buf[100:108], []byte("abcdefgh"))
 }
 
@@ -207,7 +207,7 @@ func inlineWrite(t *testing.T, s *suite) {
 		ea.post(verbs.SendWR{WRID: id, Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled | verbs.SendInline,
 			SG: []verbs.SGE{a.mr.SGE(500, n)}, RemoteAddr: b.mr.Addr + 7000, RKey: b.mr.RKey})
 		clear(a.buf[500 : 500+n])
-		check(t, "inline write", poll1(t, ea.scq), want{wrid: id, op: verbs.WCRDMAWrite, len: anyLen})
+		Check(t, "inline write", Poll1(t, ea.scq), Want{WRID: id, Op: verbs.WCRDMAWrite, Len: AnyLen})
 		sameBytes(t, fmt.Sprintf("inline write of %d", n), b.buf[7000:7000+n], want1)
 		sameBytes(t, "after it", b.buf[7000+n:7000+512], make([]byte, 512-n))
 	}
@@ -223,7 +223,7 @@ func inlineTooBig(t *testing.T, s *suite) {
 	if n != 0 || !errors.Is(err, verbs.ErrInlineTooBig) {
 		t.Errorf("inline send of %d bytes on a QP of max inline %d: %d, %v; want 0, ErrInlineTooBig", defaultCap.MaxInline+1, defaultCap.MaxInline, n, err)
 	}
-	quietCQ(t, ea.scq, quiet, "send CQ")
+	Quiet(t, ea.scq, quiet, "send CQ")
 }
 
 // inlineRead: READ and atomics cannot be inline.
@@ -233,8 +233,8 @@ func inlineRead(t *testing.T, s *suite) {
 	r := read(1, a.mr.SGE(0, 8), b.mr.Addr, b.mr.RKey)
 	r.Flags |= verbs.SendInline
 	postErr(t, "inline READ", ea.qp, []verbs.SendWR{write(2, a.mr.SGE(0, 8), b.mr.Addr, b.mr.RKey), r}, 1, verbs.ErrInvalid)
-	check(t, "the WR before", poll1(t, ea.scq), want{wrid: 2, op: verbs.WCRDMAWrite, len: anyLen})
-	quietCQ(t, ea.scq, quiet, "send CQ")
+	Check(t, "the WR before", Poll1(t, ea.scq), Want{WRID: 2, Op: verbs.WCRDMAWrite, Len: AnyLen})
+	Quiet(t, ea.scq, quiet, "send CQ")
 }
 
 // readsBeyondMaxRD: more READs and atomics than the QP may have
@@ -266,19 +266,19 @@ func readsBeyondMaxRD(t *testing.T, s *suite) {
 				exp = append(exp, w)
 			}
 		}
-		for i, wc := range poll(t, ea.scq, len(exp)) {
+		for i, wc := range Poll(t, ea.scq, len(exp)) {
 			op, l := verbs.WCRDMARead, 1000
 			if exp[i].Opcode == verbs.WRAtomicFetchAdd {
 				op, l = verbs.WCFetchAdd, 8
 			}
-			check(t, fmt.Sprintf("max_rd %d completion %d", maxRD, i), wc, want{wrid: exp[i].WRID, op: op, len: l})
+			Check(t, fmt.Sprintf("max_rd %d completion %d", maxRD, i), wc, Want{WRID: exp[i].WRID, Op: op, Len: l})
 		}
 		for i, w := range wrs {
 			if w.Opcode == verbs.WRRDMARead {
 				sameBytes(t, fmt.Sprintf("read %d", i), a.buf[1000*i:1000*i+1000], b.buf[1000*i:1000*i+1000])
 			}
 		}
-		quietCQ(t, ea.scq, quiet, "send CQ")
+		Quiet(t, ea.scq, quiet, "send CQ")
 	}
 }
 
@@ -293,19 +293,19 @@ func zeroLengthNoKeyCheck(t *testing.T, s *suite) {
 	{
 		ea, _ := link(t, a, b)
 		ea.post(verbs.SendWR{WRID: 1, Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled, RemoteAddr: 0x1234, RKey: 0x00BAD000})
-		check(t, "zero-length write with a bogus rkey", poll1(t, ea.scq), want{wrid: 1, op: verbs.WCRDMAWrite, len: anyLen})
+		Check(t, "zero-length write with a bogus rkey", Poll1(t, ea.scq), Want{WRID: 1, Op: verbs.WCRDMAWrite, Len: AnyLen})
 	}
 	{
 		ea, _ := link(t, a, b)
 		ea.post(verbs.SendWR{WRID: 2, Opcode: verbs.WRRDMARead, Flags: verbs.SendSignaled, RemoteAddr: 0x1234, RKey: 0x00BAD000})
-		check(t, "zero-length read with a bogus rkey", poll1(t, ea.scq), want{wrid: 2, op: verbs.WCRDMARead, len: 0})
+		Check(t, "zero-length read with a bogus rkey", Poll1(t, ea.scq), Want{WRID: 2, Op: verbs.WCRDMARead, Len: 0})
 	}
 	{
 		ea, eb := link(t, a, b)
 		eb.recv(rwr(3))
 		ea.post(verbs.SendWR{WRID: 4, Opcode: verbs.WRRDMAWriteWithImm, Flags: verbs.SendSignaled, Imm: 4, RKey: 0})
-		check(t, "zero-length write with imm and rkey 0", poll1(t, ea.scq), want{wrid: 4, op: verbs.WCRDMAWrite, len: anyLen})
-		check(t, "its receive", poll1(t, eb.rcq), want{wrid: 3, op: verbs.WCRecvRDMAWithImm, len: 0, imm: 4, withImm: true})
+		Check(t, "zero-length write with imm and rkey 0", Poll1(t, ea.scq), Want{WRID: 4, Op: verbs.WCRDMAWrite, Len: AnyLen})
+		Check(t, "its receive", Poll1(t, eb.rcq), Want{WRID: 3, Op: verbs.WCRecvRDMAWithImm, Len: 0, Imm: 4, WithImm: true})
 	}
 }
 
@@ -318,17 +318,17 @@ func largeTransfers(t *testing.T, s *suite) {
 	ea, eb := link(t, a, b)
 	fill(abuf, 0x4B)
 	ea.post(write(1, amr.SGE(0, n), bmr.Addr, bmr.RKey))
-	check(t, "large write", poll1(t, ea.scq), want{wrid: 1, op: verbs.WCRDMAWrite, len: anyLen})
+	Check(t, "large write", Poll1(t, ea.scq), Want{WRID: 1, Op: verbs.WCRDMAWrite, Len: AnyLen})
 	sameBytes(t, "large write", bbuf, abuf)
 	fill(bbuf, 0x4C)
 	ea.post(read(2, amr.SGE(0, n), bmr.Addr, bmr.RKey))
-	check(t, "large read", poll1(t, ea.scq), want{wrid: 2, op: verbs.WCRDMARead, len: n})
+	Check(t, "large read", Poll1(t, ea.scq), Want{WRID: 2, Op: verbs.WCRDMARead, Len: n})
 	sameBytes(t, "large read", abuf, bbuf)
 	fill(abuf, 0x4D)
 	clear(bbuf)
 	eb.recv(rwr(3, bmr.SGE(1, n-1)))
 	ea.post(send(4, amr.SGE(0, n-1)))
-	check(t, "large send", poll1(t, ea.scq), want{wrid: 4, op: verbs.WCSend, len: anyLen})
-	check(t, "large receive", poll1(t, eb.rcq), want{wrid: 3, op: verbs.WCRecv, len: n - 1})
+	Check(t, "large send", Poll1(t, ea.scq), Want{WRID: 4, Op: verbs.WCSend, Len: AnyLen})
+	Check(t, "large receive", Poll1(t, eb.rcq), Want{WRID: 3, Op: verbs.WCRecv, Len: n - 1})
 	sameBytes(t, "large send", bbuf[1:], abuf[:n-1])
 }

@@ -31,17 +31,17 @@ func rnrRetryForever(t *testing.T, s *suite) {
 	copy(a.buf, "patience")
 	ea.post(send(1, a.mr.SGE(0, 8)))
 	time.Sleep(20 * time.Millisecond)
-	quietCQ(t, ea.scq, quiet, "send CQ while no receive is posted")
+	Quiet(t, ea.scq, quiet, "send CQ while no receive is posted")
 	eb.recv(rwr(2, b.mr.SGE(0, 64)))
-	check(t, "send", poll1(t, ea.scq), want{wrid: 1, op: verbs.WCSend, len: anyLen})
-	check(t, "receive", poll1(t, eb.rcq), want{wrid: 2, op: verbs.WCRecv, len: 8})
+	Check(t, "send", Poll1(t, ea.scq), Want{WRID: 1, Op: verbs.WCSend, Len: AnyLen})
+	Check(t, "receive", Poll1(t, eb.rcq), Want{WRID: 2, Op: verbs.WCRecv, Len: 8})
 	sameBytes(t, "data", b.buf[:8], []byte("patience"))
 	// The connection keeps working.
 	eb.recv(rwr(3, b.mr.SGE(100, 64)))
 	ea.post(send(4, a.mr.SGE(0, 3)))
-	check(t, "next send", poll1(t, ea.scq), want{wrid: 4, op: verbs.WCSend, len: anyLen})
-	check(t, "next receive", poll1(t, eb.rcq), want{wrid: 3, op: verbs.WCRecv, len: 3})
-	quietCQ(t, eb.rcq, quiet, "receive CQ (no duplicate)")
+	Check(t, "next send", Poll1(t, ea.scq), Want{WRID: 4, Op: verbs.WCSend, Len: AnyLen})
+	Check(t, "next receive", Poll1(t, eb.rcq), Want{WRID: 3, Op: verbs.WCRecv, Len: 3})
+	Quiet(t, eb.rcq, quiet, "receive CQ (no duplicate)")
 }
 
 // rnrWriteImm: a WRITE with immediate needs a receive too; its data lands
@@ -53,10 +53,10 @@ func rnrWriteImm(t *testing.T, s *suite) {
 	fill(a.buf[:300], 0x71)
 	ea.post(verbs.SendWR{WRID: 1, Opcode: verbs.WRRDMAWriteWithImm, Flags: verbs.SendSignaled, Imm: 0x55,
 		SG: []verbs.SGE{a.mr.SGE(0, 300)}, RemoteAddr: b.mr.Addr + 1000, RKey: b.mr.RKey})
-	quietCQ(t, ea.scq, quiet, "send CQ while no receive is posted")
+	Quiet(t, ea.scq, quiet, "send CQ while no receive is posted")
 	eb.recv(rwr(2))
-	check(t, "write with imm", poll1(t, ea.scq), want{wrid: 1, op: verbs.WCRDMAWrite, len: anyLen})
-	check(t, "receive", poll1(t, eb.rcq), want{wrid: 2, op: verbs.WCRecvRDMAWithImm, len: 300, imm: 0x55, withImm: true})
+	Check(t, "write with imm", Poll1(t, ea.scq), Want{WRID: 1, Op: verbs.WCRDMAWrite, Len: AnyLen})
+	Check(t, "receive", Poll1(t, eb.rcq), Want{WRID: 2, Op: verbs.WCRecvRDMAWithImm, Len: 300, Imm: 0x55, WithImm: true})
 	sameBytes(t, "data", b.buf[1000:1300], a.buf[:300])
 }
 
@@ -68,12 +68,12 @@ func rnrRetryExceeded(t *testing.T, s *suite) {
 		ea, eb := a.ep(nil), b.ep(nil)
 		connect(t, ea, eb, &verbs.ConnectOptions{RNRRetry: retries}, &verbs.ConnectOptions{MinRNRTimer: 1})
 		ea.post(send(1, a.mr.SGE(0, 8)), send(2, a.mr.SGE(0, 8)))
-		checkErr(t, "send without a receive", poll1(t, ea.scq), 1, verbs.WCRNRRetryExcErr, ea.qp.QPN())
-		checkErr(t, "the send after it", poll1(t, ea.scq), 2, verbs.WCWRFlushErr, ea.qp.QPN())
-		quietCQ(t, eb.rcq, 0, "receiver CQ")
+		CheckErr(t, "send without a receive", Poll1(t, ea.scq), 1, verbs.WCRNRRetryExcErr, ea.qp.QPN())
+		CheckErr(t, "the send after it", Poll1(t, ea.scq), 2, verbs.WCWRFlushErr, ea.qp.QPN())
+		Quiet(t, eb.rcq, 0, "receiver CQ")
 		// The receiver was not harmed: a receive posted now stays posted.
 		eb.recv(rwr(3, b.mr.SGE(0, 64)))
-		quietCQ(t, eb.rcq, quiet, "receiver CQ after posting")
+		Quiet(t, eb.rcq, quiet, "receiver CQ after posting")
 	}
 }
 
@@ -84,16 +84,16 @@ func retryPeerDestroyed(t *testing.T, s *suite) {
 	ea, eb := a.ep(nil), b.ep(nil)
 	connect(t, ea, eb, &verbs.ConnectOptions{Timeout: 12, RetryCnt: 2}, nil)
 	ea.post(write(1, a.mr.SGE(0, 8), b.mr.Addr, b.mr.RKey))
-	check(t, "write before", poll1(t, ea.scq), want{wrid: 1, op: verbs.WCRDMAWrite, len: anyLen})
+	Check(t, "write before", Poll1(t, ea.scq), Want{WRID: 1, Op: verbs.WCRDMAWrite, Len: AnyLen})
 	if err := eb.qp.Destroy(); err != nil {
 		t.Fatalf("destroy peer: %v", err)
 	}
 	ea.post(write(2, a.mr.SGE(0, 8), b.mr.Addr, b.mr.RKey), send(3, a.mr.SGE(0, 8)))
-	checkErr(t, "write to a destroyed peer", poll1(t, ea.scq), 2, verbs.WCRetryExcErr, ea.qp.QPN())
-	checkErr(t, "the WR after it", poll1(t, ea.scq), 3, verbs.WCWRFlushErr, ea.qp.QPN())
+	CheckErr(t, "write to a destroyed peer", Poll1(t, ea.scq), 2, verbs.WCRetryExcErr, ea.qp.QPN())
+	CheckErr(t, "the WR after it", Poll1(t, ea.scq), 3, verbs.WCWRFlushErr, ea.qp.QPN())
 	ea.post(send(4, a.mr.SGE(0, 8)))
-	checkErr(t, "posted afterwards", poll1(t, ea.scq), 4, verbs.WCWRFlushErr, ea.qp.QPN())
-	quietCQ(t, ea.scq, quiet, "send CQ")
+	CheckErr(t, "posted afterwards", Poll1(t, ea.scq), 4, verbs.WCWRFlushErr, ea.qp.QPN())
+	Quiet(t, ea.scq, quiet, "send CQ")
 }
 
 // retryPeerNeverConnected: the peer QP exists but stays in RESET (it drops
@@ -105,8 +105,8 @@ func retryPeerNeverConnected(t *testing.T, s *suite) {
 		t.Fatal(err)
 	}
 	ea.post(send(1, a.mr.SGE(0, 8)))
-	checkErr(t, "send to a peer in RESET", poll1(t, ea.scq), 1, verbs.WCRetryExcErr, ea.qp.QPN())
-	quietCQ(t, eb.rcq, 0, "peer receive CQ")
+	CheckErr(t, "send to a peer in RESET", Poll1(t, ea.scq), 1, verbs.WCRetryExcErr, ea.qp.QPN())
+	Quiet(t, eb.rcq, 0, "peer receive CQ")
 }
 
 // retryNoSuchQP: the destination QP number does not exist.
@@ -121,7 +121,7 @@ func retryNoSuchQP(t *testing.T, s *suite) {
 		t.Fatal(err)
 	}
 	ea.post(read(1, a.mr.SGE(0, 8), b.mr.Addr, b.mr.RKey))
-	checkErr(t, "read from a QP that does not exist", poll1(t, ea.scq), 1, verbs.WCRetryExcErr, ea.qp.QPN())
+	CheckErr(t, "read from a QP that does not exist", Poll1(t, ea.scq), 1, verbs.WCRetryExcErr, ea.qp.QPN())
 }
 
 // rnrFollowingWRs: WRs posted behind a SEND that meets RNR wait for it and
@@ -140,28 +140,28 @@ func rnrFollowingWRs(t *testing.T, s *suite) {
 	}
 	wrs = append(wrs, write(30, a.mr.SGE(1000, 1000), b.mr.Addr+10000, b.mr.RKey), send(31, a.mr.SGE(0, 2)))
 	ea.post(wrs...)
-	quietCQ(t, ea.scq, quiet, "send CQ while the first SEND meets RNR")
+	Quiet(t, ea.scq, quiet, "send CQ while the first SEND meets RNR")
 	if got := be64(b.buf[4096:]); got != 0 {
 		t.Errorf("an atomic behind the waiting SEND executed: word is %d", got)
 	}
 	eb.recv(rwr(2, b.mr.SGE(0, 64)), rwr(3, b.mr.SGE(64, 64)))
-	got := poll(t, ea.scq, len(wrs))
-	check(t, "the SEND", got[0], want{wrid: 1, op: verbs.WCSend, len: anyLen})
+	got := Poll(t, ea.scq, len(wrs))
+	Check(t, "the SEND", got[0], Want{WRID: 1, Op: verbs.WCSend, Len: AnyLen})
 	for i := range 10 {
-		check(t, "atomic", got[1+i], want{wrid: uint64(10 + i), op: verbs.WCFetchAdd, len: 8})
+		Check(t, "atomic", got[1+i], Want{WRID: uint64(10 + i), Op: verbs.WCFetchAdd, Len: 8})
 		if v := be64(a.buf[8192+8*i:]); v != uint64(i) {
 			t.Errorf("atomic %d fetched %d (executed more than once?)", i, v)
 		}
 	}
-	check(t, "write", got[11], want{wrid: 30, op: verbs.WCRDMAWrite, len: anyLen})
-	check(t, "second send", got[12], want{wrid: 31, op: verbs.WCSend, len: anyLen})
+	Check(t, "write", got[11], Want{WRID: 30, Op: verbs.WCRDMAWrite, Len: AnyLen})
+	Check(t, "second send", got[12], Want{WRID: 31, Op: verbs.WCSend, Len: AnyLen})
 	if v := be64(b.buf[4096:]); v != 10 {
 		t.Errorf("after 10 fetch-adds the word is %d", v)
 	}
 	sameBytes(t, "write", b.buf[10000:11000], a.buf[1000:2000])
-	check(t, "first receive", poll1(t, eb.rcq), want{wrid: 2, op: verbs.WCRecv, len: 5})
-	check(t, "second receive", poll1(t, eb.rcq), want{wrid: 3, op: verbs.WCRecv, len: 2})
-	quietCQ(t, eb.rcq, quiet, "receive CQ")
+	Check(t, "first receive", Poll1(t, eb.rcq), Want{WRID: 2, Op: verbs.WCRecv, Len: 5})
+	Check(t, "second receive", Poll1(t, eb.rcq), Want{WRID: 3, Op: verbs.WCRecv, Len: 2})
+	Quiet(t, eb.rcq, quiet, "receive CQ")
 }
 
 // retryPeerConnectsLate: requests to a peer that is not ready yet are
@@ -191,18 +191,18 @@ func retryPeerConnectsLate(t *testing.T, s *suite) {
 		}
 		ready := time.Since(start)
 		eb.recv(rwr(3, b.mr.SGE(200, 64)))
-		first := poll1(t, ea.scq)
+		first := Poll1(t, ea.scq)
 		if took := time.Since(start); first.Status == verbs.WCRetryExcErr && took < 4*ready {
-			checkErr(t, "the send behind the write", poll1(t, ea.scq), 2, verbs.WCWRFlushErr, ea.qp.QPN())
+			CheckErr(t, "the send behind the write", Poll1(t, ea.scq), 2, verbs.WCWRFlushErr, ea.qp.QPN())
 			if 8*took > waitFor/2 {
 				t.Fatalf("timeout code %d: RETRY_EXC_ERR %v after the post, the peer ready after %v: a larger code would outlast the suite's wait", code, took, ready)
 			}
 			t.Logf("timeout code %d: retries exhausted %v after the post, the peer ready after %v (scaled timers): again with code %d", code, took, ready, code+3)
 			continue
 		}
-		check(t, "write", first, want{wrid: 1, op: verbs.WCRDMAWrite, len: anyLen})
-		check(t, "send", poll1(t, ea.scq), want{wrid: 2, op: verbs.WCSend, len: anyLen})
-		check(t, "receive", poll1(t, eb.rcq), want{wrid: 3, op: verbs.WCRecv, len: 4})
+		Check(t, "write", first, Want{WRID: 1, Op: verbs.WCRDMAWrite, Len: AnyLen})
+		Check(t, "send", Poll1(t, ea.scq), Want{WRID: 2, Op: verbs.WCSend, Len: AnyLen})
+		Check(t, "receive", Poll1(t, eb.rcq), Want{WRID: 3, Op: verbs.WCRecv, Len: 4})
 		sameBytes(t, "written", b.buf[100:104], []byte("late"))
 		sameBytes(t, "sent", b.buf[200:204], []byte("late"))
 		return
@@ -220,5 +220,5 @@ func retryPeerContextClosed(t *testing.T, s *suite) {
 		t.Fatalf("close peer context: %v", err)
 	}
 	ea.post(write(1, a.mr.SGE(0, 8), raddr, rkey))
-	checkErr(t, "write to a closed context", poll1(t, ea.scq), 1, verbs.WCRetryExcErr, ea.qp.QPN())
+	CheckErr(t, "write to a closed context", Poll1(t, ea.scq), 1, verbs.WCRetryExcErr, ea.qp.QPN())
 }

@@ -37,16 +37,16 @@ func pingPong(t *testing.T, s *suite) {
 			clear(to.n.buf[roff : roff+size])
 			to.recv(rwr(rid, to.n.mr.SGE(roff, 8192)))
 			from.post(send(sid, from.n.mr.SGE(0, size)))
-			check(t, fmt.Sprintf("round %d %s send", i, dir.name), poll1(t, from.scq), want{wrid: sid, op: verbs.WCSend, len: anyLen, qpn: from.qp.QPN()})
-			check(t, fmt.Sprintf("round %d %s recv", i, dir.name), poll1(t, to.rcq), want{wrid: rid, op: verbs.WCRecv, len: size, qpn: to.qp.QPN()})
+			Check(t, fmt.Sprintf("round %d %s send", i, dir.name), Poll1(t, from.scq), Want{WRID: sid, Op: verbs.WCSend, Len: AnyLen, QPN: from.qp.QPN()})
+			Check(t, fmt.Sprintf("round %d %s recv", i, dir.name), Poll1(t, to.rcq), Want{WRID: rid, Op: verbs.WCRecv, Len: size, QPN: to.qp.QPN()})
 			sameBytes(t, fmt.Sprintf("round %d %s data", i, dir.name), to.n.buf[roff:roff+size], msg)
 			if t.Failed() {
 				return
 			}
 		}
 	}
-	quietCQ(t, ea.scq, 0, "a send CQ")
-	quietCQ(t, eb.rcq, 0, "b recv CQ")
+	Quiet(t, ea.scq, 0, "a send CQ")
+	Quiet(t, eb.rcq, 0, "b recv CQ")
 }
 
 // gatherScatter sends three gathered pieces into a receive of two
@@ -65,8 +65,8 @@ func gatherScatter(t *testing.T, s *suite) {
 	// Scatter into 1000 bytes at 100 and 5000 bytes at 20000.
 	eb.recv(rwr(7, b.mr.SGE(100, 1000), b.mr.SGE(20000, 5000)))
 	ea.post(send(8, sg...))
-	check(t, "send", poll1(t, ea.scq), want{wrid: 8, op: verbs.WCSend, len: anyLen})
-	check(t, "recv", poll1(t, eb.rcq), want{wrid: 7, op: verbs.WCRecv, len: len(msg)})
+	Check(t, "send", Poll1(t, ea.scq), Want{WRID: 8, Op: verbs.WCSend, Len: AnyLen})
+	Check(t, "recv", Poll1(t, eb.rcq), Want{WRID: 7, Op: verbs.WCRecv, Len: len(msg)})
 	sameBytes(t, "first scatter entry", b.buf[100:1100], msg[:1000])
 	sameBytes(t, "second scatter entry", b.buf[20000:20000+len(msg)-1000], msg[1000:])
 	sameBytes(t, "after the message", b.buf[20000+len(msg)-1000:20000+5000], make([]byte, 5000-(len(msg)-1000)))
@@ -79,13 +79,13 @@ func zeroLengthSend(t *testing.T, s *suite) {
 	ea, eb := link(t, a, b)
 	eb.recv(rwr(1, b.mr.SGE(0, 64)))
 	ea.post(verbs.SendWR{WRID: 2, Opcode: verbs.WRSend, Flags: verbs.SendSignaled})
-	check(t, "send", poll1(t, ea.scq), want{wrid: 2, op: verbs.WCSend, len: anyLen})
-	check(t, "recv", poll1(t, eb.rcq), want{wrid: 1, op: verbs.WCRecv, len: 0})
+	Check(t, "send", Poll1(t, ea.scq), Want{WRID: 2, Op: verbs.WCSend, Len: AnyLen})
+	Check(t, "recv", Poll1(t, eb.rcq), Want{WRID: 1, Op: verbs.WCRecv, Len: 0})
 	// A zero-length message into a receive with no scatter entries.
 	eb.recv(rwr(3))
 	ea.post(verbs.SendWR{WRID: 4, Opcode: verbs.WRSendWithImm, Imm: 0x01020304, Flags: verbs.SendSignaled})
-	check(t, "send with imm", poll1(t, ea.scq), want{wrid: 4, op: verbs.WCSend, len: anyLen})
-	check(t, "recv with imm", poll1(t, eb.rcq), want{wrid: 3, op: verbs.WCRecv, len: 0, imm: 0x01020304, withImm: true})
+	Check(t, "send with imm", Poll1(t, ea.scq), Want{WRID: 4, Op: verbs.WCSend, Len: AnyLen})
+	Check(t, "recv with imm", Poll1(t, eb.rcq), Want{WRID: 3, Op: verbs.WCRecv, Len: 0, Imm: 0x01020304, WithImm: true})
 }
 
 // sendWithImm carries 32 bits of immediate data with and without payload.
@@ -97,8 +97,8 @@ func sendWithImm(t *testing.T, s *suite) {
 		rid, sid := uint64(100+i), uint64(200+i)
 		eb.recv(rwr(rid, b.mr.SGE(4096, 64)))
 		ea.post(verbs.SendWR{WRID: sid, Opcode: verbs.WRSendWithImm, Flags: verbs.SendSignaled, Imm: imm, SG: []verbs.SGE{a.mr.SGE(0, 17)}})
-		check(t, "send with imm", poll1(t, ea.scq), want{wrid: sid, op: verbs.WCSend, len: anyLen})
-		check(t, "recv with imm", poll1(t, eb.rcq), want{wrid: rid, op: verbs.WCRecv, len: 17, imm: imm, withImm: true})
+		Check(t, "send with imm", Poll1(t, ea.scq), Want{WRID: sid, Op: verbs.WCSend, Len: AnyLen})
+		Check(t, "recv with imm", Poll1(t, eb.rcq), Want{WRID: rid, Op: verbs.WCRecv, Len: 17, Imm: imm, WithImm: true})
 		sameBytes(t, "payload", b.buf[4096:4096+17], []byte("immediate payload"))
 	}
 }
@@ -112,7 +112,7 @@ func fastReg(t testing.TB, e *ep, mr *verbs.MR, sg []verbs.SGE, acc verbs.Access
 	}
 	mr.IncKey()
 	e.post(verbs.SendWR{WRID: wrid, Opcode: verbs.WRRegMR, Flags: verbs.SendSignaled, MR: mr, Key: mr.RKey, Access: acc})
-	check(t, "REG_MR", poll1(t, e.scq), want{wrid: wrid, op: verbs.WCRegMR, len: anyLen})
+	Check(t, "REG_MR", Poll1(t, e.scq), Want{WRID: wrid, Op: verbs.WCRegMR, Len: AnyLen})
 	return mr.RKey
 }
 
@@ -132,14 +132,14 @@ func sendWithInvalidate(t *testing.T, s *suite) {
 
 	fill(a.buf[:256], 9)
 	ea.post(write(2, a.mr.SGE(0, 256), fmr.Addr+4000, key))
-	check(t, "write through the fast-registered key", poll1(t, ea.scq), want{wrid: 2, op: verbs.WCRDMAWrite, len: anyLen})
+	Check(t, "write through the fast-registered key", Poll1(t, ea.scq), Want{WRID: 2, Op: verbs.WCRDMAWrite, Len: AnyLen})
 	sameBytes(t, "written data (crosses a page)", region[4000:4256], a.buf[:256])
 
 	copy(a.buf[1024:], "bye")
 	eb.recv(rwr(3, b.mr.SGE(0, 64)))
 	ea.post(verbs.SendWR{WRID: 4, Opcode: verbs.WRSendWithInv, Flags: verbs.SendSignaled, InvalidateRKey: key, SG: []verbs.SGE{a.mr.SGE(1024, 3)}})
-	check(t, "send with invalidate", poll1(t, ea.scq), want{wrid: 4, op: verbs.WCSend, len: anyLen})
-	check(t, "recv with invalidate", poll1(t, eb.rcq), want{wrid: 3, op: verbs.WCRecv, len: 3, imm: key, withInv: true})
+	Check(t, "send with invalidate", Poll1(t, ea.scq), Want{WRID: 4, Op: verbs.WCSend, Len: AnyLen})
+	Check(t, "recv with invalidate", Poll1(t, eb.rcq), Want{WRID: 3, Op: verbs.WCRecv, Len: 3, Imm: key, WithInv: true})
 	sameBytes(t, "send payload", b.buf[:3], []byte("bye"))
 
 	// The key no longer works, for writes and reads.
@@ -149,7 +149,7 @@ func sendWithInvalidate(t *testing.T, s *suite) {
 	} {
 		xa, xb := link(t, a, b)
 		xa.post(wr)
-		checkErr(t, fmt.Sprintf("access %d through the invalidated key", i), poll1(t, xa.scq), wr.WRID, verbs.WCRemAccessErr, xa.qp.QPN())
+		CheckErr(t, fmt.Sprintf("access %d through the invalidated key", i), Poll1(t, xa.scq), wr.WRID, verbs.WCRemAccessErr, xa.qp.QPN())
 		brokenResponder(t, xb, b.mr.SGE(0, 64))
 	}
 	// Re-registered under a new key, the MR works again.
@@ -159,7 +159,7 @@ func sendWithInvalidate(t *testing.T, s *suite) {
 	}
 	xa, _ := link(t, a, b)
 	xa.post(write(8, a.mr.SGE(0, 16), fmr.Addr, key2))
-	check(t, "write through the re-registered key", poll1(t, xa.scq), want{wrid: 8, op: verbs.WCRDMAWrite, len: anyLen})
+	Check(t, "write through the re-registered key", Poll1(t, xa.scq), Want{WRID: 8, Op: verbs.WCRDMAWrite, Len: AnyLen})
 }
 
 // sendWithInvalidateNotAllowed names a key that cannot be remotely
@@ -170,14 +170,14 @@ func sendWithInvalidateNotAllowed(t *testing.T, s *suite) {
 	ea, eb := link(t, a, b)
 	eb.recv(rwr(1, b.mr.SGE(0, 64)))
 	ea.post(verbs.SendWR{WRID: 2, Opcode: verbs.WRSendWithInv, Flags: verbs.SendSignaled, InvalidateRKey: b.mr.RKey, SG: []verbs.SGE{a.mr.SGE(0, 8)}})
-	if wc := poll1(t, ea.scq); wc.Status == verbs.WCSuccess || wc.WRID != 2 {
-		t.Errorf("send with invalidate of a key not enabled for it: %s, want an error", fmtWC(wc))
+	if wc := Poll1(t, ea.scq); wc.Status == verbs.WCSuccess || wc.WRID != 2 {
+		t.Errorf("send with invalidate of a key not enabled for it: %s, want an error", FormatWC(wc))
 	}
-	if wc := poll1(t, eb.rcq); wc.Status == verbs.WCSuccess || wc.WRID != 1 {
-		t.Errorf("its receive: %s, want an error", fmtWC(wc))
+	if wc := Poll1(t, eb.rcq); wc.Status == verbs.WCSuccess || wc.WRID != 1 {
+		t.Errorf("its receive: %s, want an error", FormatWC(wc))
 	}
 	// The key survived.
 	xa, _ := link(t, a, b)
 	xa.post(write(3, a.mr.SGE(0, 8), b.mr.Addr, b.mr.RKey))
-	check(t, "write through the key afterwards", poll1(t, xa.scq), want{wrid: 3, op: verbs.WCRDMAWrite, len: anyLen})
+	Check(t, "write through the key afterwards", Poll1(t, xa.scq), Want{WRID: 3, Op: verbs.WCRDMAWrite, Len: AnyLen})
 }

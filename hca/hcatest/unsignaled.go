@@ -34,14 +34,14 @@ func unsignaledBatches(t *testing.T, s *suite) {
 			wrs = append(wrs, w)
 		}
 		ea.post(wrs...)
-		check(t, "the signaled WR", poll1(t, ea.scq), want{wrid: uint64(r*batch + batch - 1), op: verbs.WCRDMAWrite, len: anyLen})
+		Check(t, "the signaled WR", Poll1(t, ea.scq), Want{WRID: uint64(r*batch + batch - 1), Op: verbs.WCRDMAWrite, Len: AnyLen})
 		for i := range batch {
 			if got := be64(b.buf[8*i:]); got != uint64(r*batch+i) {
 				t.Fatalf("round %d: word %d is %d", r, i, got)
 			}
 		}
 	}
-	quietCQ(t, ea.scq, quiet, "send CQ (one completion per batch)")
+	Quiet(t, ea.scq, quiet, "send CQ (one completion per batch)")
 }
 
 // sigAll: a QP created with SigAll completes every WR, whatever its flags.
@@ -54,8 +54,8 @@ func sigAll(t *testing.T, s *suite) {
 		w.Flags = 0
 		ea.post(w)
 	}
-	for i, wc := range poll(t, ea.scq, 10) {
-		check(t, "sig-all completion", wc, want{wrid: uint64(i), op: verbs.WCRDMAWrite, len: anyLen})
+	for i, wc := range Poll(t, ea.scq, 10) {
+		Check(t, "sig-all completion", wc, Want{WRID: uint64(i), Op: verbs.WCRDMAWrite, Len: AnyLen})
 	}
 }
 
@@ -78,8 +78,8 @@ func ringWrap(t *testing.T, s *suite) {
 		w2 := write(base+1, a.mr.SGE(8, 8), b.mr.Addr+8, b.mr.RKey)
 		w2.Flags = 0
 		ea.post(w1, w2, send(base+2, a.mr.SGE(16, 8)))
-		check(t, "send", poll1(t, ea.scq), want{wrid: base + 2, op: verbs.WCSend, len: anyLen})
-		check(t, "recv", poll1(t, eb.rcq), want{wrid: base + 3, op: verbs.WCRecv, len: 8})
+		Check(t, "send", Poll1(t, ea.scq), Want{WRID: base + 2, Op: verbs.WCSend, Len: AnyLen})
+		Check(t, "recv", Poll1(t, eb.rcq), Want{WRID: base + 3, Op: verbs.WCRecv, Len: 8})
 		if be64(b.buf) != base || be64(b.buf[8:]) != base+1 || be64(b.buf[1000:]) != base+2 {
 			t.Fatalf("round %d: data %d %d %d", r, be64(b.buf), be64(b.buf[8:]), be64(b.buf[1000:]))
 		}
@@ -110,9 +110,9 @@ func counterWrap(t *testing.T, s *suite) {
 		sends[batch-1].Flags = verbs.SendSignaled
 		eb.recv(recvs...)
 		ea.post(sends...)
-		check(t, "send", poll1(t, ea.scq), want{wrid: uint64(done + batch - 1), op: verbs.WCSend, len: anyLen})
-		for i, wc := range poll(t, eb.rcq, batch) {
-			check(t, fmt.Sprintf("recv %d", done+i), wc, want{wrid: uint64(done + i), op: verbs.WCRecv, len: 8})
+		Check(t, "send", Poll1(t, ea.scq), Want{WRID: uint64(done + batch - 1), Op: verbs.WCSend, Len: AnyLen})
+		for i, wc := range Poll(t, eb.rcq, batch) {
+			Check(t, fmt.Sprintf("recv %d", done+i), wc, Want{WRID: uint64(done + i), Op: verbs.WCRecv, Len: 8})
 			if got := be64(b.buf[8*i:]); got != uint64(done+i) {
 				t.Fatalf("recv %d carried %d", done+i, got)
 			}
@@ -141,11 +141,11 @@ func largeBatch(t *testing.T, s *suite) {
 		wrs = append(wrs, w)
 	}
 	ea.post(wrs...)
-	check(t, "the signaled WR", poll1(t, ea.scq), want{wrid: n - 1, op: verbs.WCRDMAWrite, len: anyLen})
+	Check(t, "the signaled WR", Poll1(t, ea.scq), Want{WRID: n - 1, Op: verbs.WCRDMAWrite, Len: AnyLen})
 	for i := range n {
 		if got := be64(b.buf[8*i:]); got != uint64(i)^0xABCDEF {
 			t.Fatalf("word %d is %#x", i, got)
 		}
 	}
-	quietCQ(t, ea.scq, quiet, "send CQ")
+	Quiet(t, ea.scq, quiet, "send CQ")
 }
