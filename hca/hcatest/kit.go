@@ -23,7 +23,15 @@ const WaitFor = waitFor
 // follow) and returns them; it fails the test when they do not come.
 func Poll(t testing.TB, c *verbs.CQ, n int) []verbs.WC {
 	t.Helper()
-	out, err := PollErr(c, n)
+	return PollWithin(t, c, n, WaitFor)
+}
+
+// PollWithin is Poll with its own deadline, for completions that take
+// longer than WaitFor to come (a retry count running out, a shutdown's
+// grace period).
+func PollWithin(t testing.TB, c *verbs.CQ, n int, d time.Duration) []verbs.WC {
+	t.Helper()
+	out, err := pollWithin(c, n, d)
 	require.NoError(t, err)
 	return out
 }
@@ -37,9 +45,13 @@ func Poll1(t testing.TB, c *verbs.CQ) verbs.WC {
 // PollErr is Poll for goroutines other than the test's: it returns an
 // error instead of failing the test.
 func PollErr(c *verbs.CQ, n int) ([]verbs.WC, error) {
+	return pollWithin(c, n, WaitFor)
+}
+
+func pollWithin(c *verbs.CQ, n int, d time.Duration) ([]verbs.WC, error) {
 	out := make([]verbs.WC, 0, n)
 	wcs := make([]verbs.WC, 16)
-	deadline := time.Now().Add(waitFor)
+	deadline := time.Now().Add(d)
 	idle := 0
 	for len(out) < n {
 		k, err := c.Poll(wcs[:min(len(wcs), n-len(out))])
@@ -52,7 +64,7 @@ func PollErr(c *verbs.CQ, n int) ([]verbs.WC, error) {
 			continue
 		}
 		if time.Now().After(deadline) {
-			return out, fmt.Errorf("cq %d: %d of %d completions in %v: %s", c.Handle(), len(out), n, waitFor, FormatWCs(out))
+			return out, fmt.Errorf("cq %d: %d of %d completions in %v: %s", c.Handle(), len(out), n, d, FormatWCs(out))
 		}
 		if idle++; idle > 100 {
 			time.Sleep(50 * time.Microsecond)

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hcasim/hcasim/hca"
+	"github.com/hcasim/hcasim/hca/hcatest"
 	"github.com/hcasim/hcasim/hca/verbs"
 	"github.com/hcasim/hcasim/klm"
 	"github.com/hcasim/hcasim/psv"
@@ -60,15 +61,12 @@ func loopback(t testing.TB, n *node, integrity bool) *endpoint {
 	return e
 }
 
-// one waits for one completion and returns it.
-func one(t testing.TB, c *verbs.CQ) verbs.WC { t.Helper(); return pollN(t, c, 1, 5*time.Second)[0] }
-
 // writeWorks checks that a WRITE through e into key at addr succeeds and lands.
 func writeWorks(t testing.TB, what string, e *endpoint, src *node, addr uint64, key uint32, dst []byte) {
 	t.Helper()
 	copy(src.buf, what)
 	post(t, e, write(77, src.mr.SGE(0, len(what)), addr, key))
-	wc := one(t, e.scq)
+	wc := hcatest.Poll1(t, e.scq)
 	require.Equal(t, verbs.WCSuccess, wc.Status, "%s: %+v", what, wc)
 	require.Equal(t, what, string(dst[:len(what)]), what)
 }
@@ -168,7 +166,7 @@ func TestCrossClientPSV(t *testing.T) {
 
 	eb := loopback(t, b, true)
 	setPSV(t, eb, foreign, 1)
-	wc := one(t, eb.scq)
+	wc := hcatest.Poll1(t, eb.scq)
 	assert.Equal(t, verbs.WCLocProtErr, wc.Status, "B's SET_PSV on A's PSV index: %+v", wc)
 	out := command(b.ctx, hca.NewIn(hca.CmdDestroyPSV, hca.PSVIdxOff+4).Put32(hca.PSVIdxOff, foreign))
 	assert.Equal(t, hca.StatusBadResource, out.Status(), "B's DESTROY_PSV of A's PSV")
@@ -176,16 +174,16 @@ func TestCrossClientPSV(t *testing.T) {
 	// its PDs is refused too (the PD rule that keeps A's out).
 	eb = loopback(t, b, true)
 	setPSV(t, eb, bpsv[0], 2)
-	require.Equal(t, verbs.WCSuccess, one(t, eb.scq).Status, "B's SET_PSV on its own PSV")
+	require.Equal(t, verbs.WCSuccess, hcatest.Poll1(t, eb.scq).Status, "B's SET_PSV on its own PSV")
 	pd2, err := b.ctx.AllocPD()
 	require.NoError(t, err)
 	other := createPSVs(t, b.ctx, pd2.Handle(), 1)[0]
 	setPSV(t, eb, other, 3)
-	assert.Equal(t, verbs.WCLocProtErr, one(t, eb.scq).Status, "B's SET_PSV on a PSV of another PD")
+	assert.Equal(t, verbs.WCLocProtErr, hcatest.Poll1(t, eb.scq).Status, "B's SET_PSV on a PSV of another PD")
 
 	ea := loopback(t, a, true)
 	setPSV(t, ea, foreign, 4)
-	require.Equal(t, verbs.WCSuccess, one(t, ea.scq).Status, "A's SET_PSV on its PSV after B's attempts")
+	require.Equal(t, verbs.WCSuccess, hcatest.Poll1(t, ea.scq).Status, "A's SET_PSV on its PSV after B's attempts")
 	for _, i := range apsv {
 		out := command(a.ctx, hca.NewIn(hca.CmdDestroyPSV, hca.PSVIdxOff+4).Put32(hca.PSVIdxOff, i))
 		require.Equal(t, hca.StatusOK, out.Status(), "A destroys its PSV %d: %v", i, out.Err(hca.CmdDestroyPSV))
@@ -243,15 +241,15 @@ func TestCrossClientKLM(t *testing.T) {
 		// As an lkey: a WRITE out of A's memory, a READ into it.
 		eb := loopback(t, b, false)
 		post(t, eb, write(1, verbs.SGE{Addr: 0, Length: 64, LKey: key}, b.mr.Addr, b.mr.RKey))
-		assert.Equal(t, verbs.WCLocProtErr, one(t, eb.scq).Status, "B's WRITE from a KLM entry naming A's lkey")
+		assert.Equal(t, verbs.WCLocProtErr, hcatest.Poll1(t, eb.scq).Status, "B's WRITE from a KLM entry naming A's lkey")
 		eb = loopback(t, b, false)
 		post(t, eb, read(2, verbs.SGE{Addr: 0, Length: 64, LKey: key}, b.mr.Addr, b.mr.RKey))
-		assert.Equal(t, verbs.WCLocProtErr, one(t, eb.scq).Status, "B's READ into a KLM entry naming A's lkey")
+		assert.Equal(t, verbs.WCLocProtErr, hcatest.Poll1(t, eb.scq).Status, "B's READ into a KLM entry naming A's lkey")
 		// As an rkey, at B's own responder.
 		eb, eb2 := b.ep(t, nil), b.ep(t, nil)
 		connectEPs(t, eb, eb2, nil, nil)
 		post(t, eb, write(3, b.mr.SGE(0, 64), 0, key))
-		assert.Equal(t, verbs.WCRemAccessErr, one(t, eb.scq).Status, "B's WRITE to a KLM key naming A's key")
+		assert.Equal(t, verbs.WCRemAccessErr, hcatest.Poll1(t, eb.scq).Status, "B's WRITE to a KLM key naming A's key")
 	}
 	for i, x := range amr.Buf {
 		require.Equal(t, byte(0xAA), x, "A's memory at %d", i)
@@ -274,7 +272,7 @@ func fastReg(t testing.TB, n *node, e *endpoint, sge verbs.SGE) *verbs.MR {
 	mr.IncKey()
 	post(t, e, verbs.SendWR{WRID: 50, Opcode: verbs.WRRegMR, Flags: verbs.SendSignaled, MR: mr, Key: mr.RKey,
 		Access: verbs.AccessLocalWrite | verbs.AccessRemoteWrite | verbs.AccessRemoteRead})
-	require.Equal(t, verbs.WCSuccess, one(t, e.scq).Status, "REG_MR")
+	require.Equal(t, verbs.WCSuccess, hcatest.Poll1(t, e.scq).Status, "REG_MR")
 	return mr
 }
 
@@ -299,15 +297,15 @@ func TestCrossClientInvalidate(t *testing.T) {
 
 	eb := loopback(t, b, false)
 	post(t, eb, verbs.SendWR{WRID: 1, Opcode: verbs.WRLocalInv, Flags: verbs.SendSignaled, InvalidateRKey: amr.RKey})
-	assert.Equal(t, verbs.WCLocProtErr, one(t, eb.scq).Status, "B's LOCAL_INV of A's rkey")
+	assert.Equal(t, verbs.WCLocProtErr, hcatest.Poll1(t, eb.scq).Status, "B's LOCAL_INV of A's rkey")
 	aStill("B's LOCAL_INV")
 
 	eb, eb2 := b.ep(t, nil), b.ep(t, nil)
 	connectEPs(t, eb, eb2, nil, nil)
 	postRecv(t, eb2, verbs.RecvWR{WRID: 10, SG: []verbs.SGE{b.mr.SGE(4096, 64)}})
 	post(t, eb, verbs.SendWR{WRID: 2, Opcode: verbs.WRSendWithInv, Flags: verbs.SendSignaled, SG: []verbs.SGE{b.mr.SGE(0, 8)}, InvalidateRKey: amr.RKey})
-	assert.Equal(t, verbs.WCRemOpErr, one(t, eb.scq).Status, "B's SEND_WITH_INV of A's rkey to its own QP")
-	assert.Equal(t, verbs.WCLocProtErr, one(t, eb2.rcq).Status, "the receive of B's SEND_WITH_INV of A's rkey")
+	assert.Equal(t, verbs.WCRemOpErr, hcatest.Poll1(t, eb.scq).Status, "B's SEND_WITH_INV of A's rkey to its own QP")
+	assert.Equal(t, verbs.WCLocProtErr, hcatest.Poll1(t, eb2.rcq).Status, "the receive of B's SEND_WITH_INV of A's rkey")
 	aStill("B's SEND_WITH_INV to its own QP")
 
 	// Aimed at A's QP, which is connected to A's other QP: dropped.
@@ -315,8 +313,8 @@ func TestCrossClientInvalidate(t *testing.T) {
 	eb = b.ep(t, nil)
 	require.NoError(t, eb.qp.Connect(ea.qp.Info(), &verbs.ConnectOptions{Timeout: 8, RetryCnt: 1}))
 	post(t, eb, verbs.SendWR{WRID: 3, Opcode: verbs.WRSendWithInv, Flags: verbs.SendSignaled, SG: []verbs.SGE{b.mr.SGE(0, 8)}, InvalidateRKey: amr.RKey})
-	assert.Equal(t, verbs.WCRetryExcErr, pollN(t, eb.scq, 1, 20*time.Second)[0].Status, "B's SEND_WITH_INV aimed at A's connected QP")
-	quiet(t, ea.rcq, 10*time.Millisecond, "A's receive queue")
+	assert.Equal(t, verbs.WCRetryExcErr, hcatest.PollWithin(t, eb.scq, 1, 20*time.Second)[0].Status, "B's SEND_WITH_INV aimed at A's connected QP")
+	hcatest.Quiet(t, ea.rcq, 10*time.Millisecond, "A's receive queue")
 	aStill("B's SEND_WITH_INV to A's QP")
 	require.Equal(t, verbs.StateRTS, ea.qp.State(), "A's QP")
 }
@@ -379,7 +377,7 @@ func sigUMR(t testing.TB, n *node, e *endpoint) (*verbs.MR, []byte) {
 	require.NotNil(t, umrWQE, "the signature UMR among the WQEs posted")
 	// One completion per signaled UMR: the signature UMR's, and the PI-MR
 	// UMR's when the data needs a translation.
-	require.Equal(t, verbs.WCSuccess, one(t, e.scq).Status, "REG_MR_INTEGRITY")
+	require.Equal(t, verbs.WCSuccess, hcatest.Poll1(t, e.scq).Status, "REG_MR_INTEGRITY")
 	time.Sleep(10 * time.Millisecond)
 	wcs := make([]verbs.WC, 4)
 	k, err := e.scq.Poll(wcs)
@@ -388,7 +386,7 @@ func sigUMR(t testing.TB, n *node, e *endpoint) (*verbs.MR, []byte) {
 		require.Equal(t, verbs.WCSuccess, wc.Status, "REG_MR_INTEGRITY")
 	}
 	post(t, e, verbs.SendWR{WRID: 61, Opcode: verbs.WRLocalInv, Flags: verbs.SendSignaled, InvalidateRKey: mr.RKey})
-	require.Equal(t, verbs.WCSuccess, one(t, e.scq).Status, "LOCAL_INV of the signature key")
+	require.Equal(t, verbs.WCSuccess, hcatest.Poll1(t, e.scq).Status, "LOCAL_INV of the signature key")
 	return mr, umrWQE
 }
 
@@ -422,7 +420,7 @@ func TestCrossClientBSF(t *testing.T) {
 	require.Less(t, psv.BSF(wqe[sq.CtrlSegSize+umr.CtrlSegSize+umr.MkeySegSize+64:]).Fields().WirePSV, foreign, "A's PSV index is not one of B's")
 
 	repostUMR(t, eb, wqe, foreign, 1)
-	wc := one(t, eb.scq)
+	wc := hcatest.Poll1(t, eb.scq)
 	assert.Equal(t, verbs.WCLocProtErr, wc.Status, "B's signature UMR naming A's PSV index: %+v", wc)
 	// A PSV of B's in another PD is refused the same way.
 	pd2, err := b.ctx.AllocPD()
@@ -430,16 +428,16 @@ func TestCrossClientBSF(t *testing.T) {
 	other := createPSVs(t, b.ctx, pd2.Handle(), 1)[0]
 	eb = loopback(t, b, true)
 	repostUMR(t, eb, wqe, other, 2)
-	assert.Equal(t, verbs.WCLocProtErr, one(t, eb.scq).Status, "B's signature UMR naming a PSV of another PD")
+	assert.Equal(t, verbs.WCLocProtErr, hcatest.Poll1(t, eb.scq).Status, "B's signature UMR naming a PSV of another PD")
 	// The key is still free: an access through it fails.
 	eb2 := loopback(t, b, false)
 	post(t, eb2, write(3, b.mr.SGE(0, 512), 0, mr.RKey))
-	assert.NotEqual(t, verbs.WCSuccess, one(t, eb2.scq).Status, "a WRITE through the key the refused UMRs named")
+	assert.NotEqual(t, verbs.WCSuccess, hcatest.Poll1(t, eb2.scq).Status, "a WRITE through the key the refused UMRs named")
 	// B's own PSV: the UMR goes through.
 	own := psv.BSF(wqe[sq.CtrlSegSize+umr.CtrlSegSize+umr.MkeySegSize+64:]).Fields().WirePSV
 	eb = loopback(t, b, true)
 	repostUMR(t, eb, wqe, own, 4)
-	assert.Equal(t, verbs.WCSuccess, one(t, eb.scq).Status, "B's signature UMR with its own PSV")
+	assert.Equal(t, verbs.WCSuccess, hcatest.Poll1(t, eb.scq).Status, "B's signature UMR with its own PSV")
 
 	for _, i := range apsv {
 		out := command(a.ctx, hca.NewIn(hca.CmdDestroyPSV, hca.PSVIdxOff+4).Put32(hca.PSVIdxOff, i))

@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hcasim/hcasim/hca"
+	"github.com/hcasim/hcasim/hca/hcatest"
 	"github.com/hcasim/hcasim/hca/verbs"
 	"github.com/hcasim/hcasim/psv"
 	"github.com/hcasim/hcasim/sq"
@@ -28,16 +29,16 @@ func TestSignatureKeyPSVDestroyed(t *testing.T) {
 	require.NotEqual(t, own, spare)
 	eb = loopback(t, b, true)
 	repostUMR(t, eb, wqe, spare, 1)
-	require.Equal(t, verbs.WCSuccess, one(t, eb.scq).Status, "signature UMR naming the spare PSV")
+	require.Equal(t, verbs.WCSuccess, hcatest.Poll1(t, eb.scq).Status, "signature UMR naming the spare PSV")
 
 	// A WRITE through the key (its source: 512 data bytes, 520 on the wire).
 	e := loopback(t, b, false)
 	post(t, e, write(2, verbs.SGE{Addr: 0, Length: 520, LKey: mr.LKey}, b.mr.Addr+8192, b.mr.RKey))
-	require.Equal(t, verbs.WCSuccess, one(t, e.scq).Status, "WRITE through the key with its PSV")
+	require.Equal(t, verbs.WCSuccess, hcatest.Poll1(t, e.scq).Status, "WRITE through the key with its PSV")
 
 	out := command(b.ctx, hca.NewIn(hca.CmdDestroyPSV, hca.PSVIdxOff+4).Put32(hca.PSVIdxOff, spare))
 	require.Equal(t, hca.StatusOK, out.Status(), "DESTROY_PSV: %v", out.Err(hca.CmdDestroyPSV))
 	e = loopback(t, b, false)
 	post(t, e, write(3, verbs.SGE{Addr: 0, Length: 520, LKey: mr.LKey}, b.mr.Addr+8192, b.mr.RKey))
-	assert.Equal(t, verbs.WCLocProtErr, one(t, e.scq).Status, "WRITE through the key after its PSV was destroyed")
+	assert.Equal(t, verbs.WCLocProtErr, hcatest.Poll1(t, e.scq).Status, "WRITE through the key after its PSV was destroyed")
 }

@@ -18,6 +18,7 @@ import (
 
 	"github.com/hcasim/hcasim/cq"
 	"github.com/hcasim/hcasim/hca"
+	"github.com/hcasim/hcasim/hca/hcatest"
 	"github.com/hcasim/hcasim/hca/remote"
 	"github.com/hcasim/hcasim/hca/verbs"
 	"github.com/hcasim/hcasim/klm"
@@ -660,39 +661,6 @@ func postRecv(t testing.TB, e *endpoint, wrs ...verbs.RecvWR) {
 	require.Equal(t, len(wrs), n, "post recv: WRs posted")
 }
 
-// pollN waits for n completions.
-func pollN(t testing.TB, c *verbs.CQ, n int, d time.Duration) []verbs.WC {
-	t.Helper()
-	out := make([]verbs.WC, 0, n)
-	wcs := make([]verbs.WC, 16)
-	deadline := time.Now().Add(d)
-	for len(out) < n {
-		k, err := c.Poll(wcs[:min(len(wcs), n-len(out))])
-		require.NoError(t, err)
-		out = append(out, wcs[:k]...)
-		if k == 0 {
-			if time.Now().After(deadline) {
-				t.Fatalf("cq %d: %d of %d completions in %v: %+v", c.Handle(), len(out), n, d, out)
-			}
-			time.Sleep(100 * time.Microsecond)
-		}
-	}
-	return out
-}
-
-// quiet fails if c yields a completion within d.
-func quiet(t testing.TB, c *verbs.CQ, d time.Duration, what string) {
-	t.Helper()
-	wcs := make([]verbs.WC, 8)
-	deadline := time.Now().Add(d)
-	for time.Now().Before(deadline) {
-		if k, _ := c.Poll(wcs); k > 0 {
-			t.Fatalf("%s: unexpected completions %+v", what, wcs[:k])
-		}
-		time.Sleep(200 * time.Microsecond)
-	}
-}
-
 func write(id uint64, sge verbs.SGE, raddr uint64, rkey uint32) verbs.SendWR {
 	return verbs.SendWR{WRID: id, Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled, SG: []verbs.SGE{sge}, RemoteAddr: raddr, RKey: rkey}
 }
@@ -769,17 +737,12 @@ func TestUnmappedIOVAs(t *testing.T) {
 		connectEPs(t, ea, ec, &verbs.ConnectOptions{Timeout: 8, RetryCnt: 1}, nil)
 		// A READ into B's memory through the key, and a WRITE out of it.
 		post(t, ea, read(1, verbs.SGE{Addr: foreign, Length: 4096, LKey: key}, c.mr.Addr, c.mr.RKey))
-		wc := pollN(t, ea.scq, 1, 5*time.Second)[0]
-		if wc.WRID != 1 || wc.Status != verbs.WCLocProtErr {
-			t.Errorf("a READ into another function's memory through an mkey over it: %+v, want LOC_PROT_ERR", wc)
-		}
+		hcatest.CheckErr(t, "a READ into another function's memory through an mkey over it", hcatest.Poll1(t, ea.scq), 1, verbs.WCLocProtErr, 0)
 		// And a WRITE out of it.
 		ea, ec = a.ep(t, nil), c.ep(t, nil)
 		connectEPs(t, ea, ec, &verbs.ConnectOptions{Timeout: 8, RetryCnt: 1}, nil)
 		post(t, ea, write(2, verbs.SGE{Addr: foreign, Length: 4096, LKey: key}, c.mr.Addr, c.mr.RKey))
-		if wc := pollN(t, ea.scq, 1, 5*time.Second)[0]; wc.WRID != 2 || wc.Status != verbs.WCLocProtErr {
-			t.Errorf("a WRITE out of another function's memory through an mkey over it: %+v, want LOC_PROT_ERR", wc)
-		}
+		hcatest.CheckErr(t, "a WRITE out of another function's memory through an mkey over it", hcatest.Poll1(t, ea.scq), 2, verbs.WCLocProtErr, 0)
 		if !allZero(c.buf) {
 			t.Errorf("C's memory changed")
 		}
@@ -841,13 +804,10 @@ func TestForeignKeys(t *testing.T) {
 	}
 	ea, ec := a.ep(t, nil), c.ep(t, nil)
 	connectEPs(t, ea, ec, &verbs.ConnectOptions{Timeout: 8, RetryCnt: 1}, nil)
-	ok := pollN // alias for readability
 
 	// B's lkey (and address) in A's WQE.
 	post(t, ea, write(1, verbs.SGE{Addr: bmr.Addr, Length: 64, LKey: bmr.LKey}, c.mr.Addr, c.mr.RKey))
-	if wc := ok(t, ea.scq, 1, 5*time.Second)[0]; wc.WRID != 1 || wc.Status != verbs.WCLocProtErr {
-		t.Errorf("a WRITE from B's lkey: %+v, want LOC_PROT_ERR", wc)
-	}
+	hcatest.CheckErr(t, "a WRITE from B's lkey", hcatest.Poll1(t, ea.scq), 1, verbs.WCLocProtErr, 0)
 	if !allZero(c.buf) {
 		t.Errorf("C received data through B's lkey")
 	}
@@ -856,15 +816,11 @@ func TestForeignKeys(t *testing.T) {
 	ea, ec = a.ep(t, nil), c.ep(t, nil)
 	connectEPs(t, ea, ec, &verbs.ConnectOptions{Timeout: 8, RetryCnt: 1}, nil)
 	post(t, ea, write(2, a.mr.SGE(0, 64), bmr.Addr, bmr.RKey))
-	if wc := ok(t, ea.scq, 1, 5*time.Second)[0]; wc.WRID != 2 || wc.Status != verbs.WCRemAccessErr {
-		t.Errorf("a WRITE to B's rkey through a QP connected to C: %+v, want REM_ACCESS_ERR", wc)
-	}
+	hcatest.CheckErr(t, "a WRITE to B's rkey through a QP connected to C", hcatest.Poll1(t, ea.scq), 2, verbs.WCRemAccessErr, 0)
 	ea, ec = a.ep(t, nil), c.ep(t, nil)
 	connectEPs(t, ea, ec, &verbs.ConnectOptions{Timeout: 8, RetryCnt: 1}, nil)
 	post(t, ea, read(3, a.mr.SGE(0, 64), bmr.Addr, bmr.RKey))
-	if wc := ok(t, ea.scq, 1, 5*time.Second)[0]; wc.WRID != 3 || wc.Status != verbs.WCRemAccessErr {
-		t.Errorf("a READ from B's rkey through a QP connected to C: %+v, want REM_ACCESS_ERR", wc)
-	}
+	hcatest.CheckErr(t, "a READ from B's rkey through a QP connected to C", hcatest.Poll1(t, ea.scq), 3, verbs.WCRemAccessErr, 0)
 	for i, x := range bmr.Buf {
 		if x != 0xBB {
 			t.Fatalf("B's memory changed at %d", i)
@@ -881,9 +837,7 @@ func TestForeignKeys(t *testing.T) {
 	ea = a.ep(t, nil)
 	connectEPs(t, ea, eb, &verbs.ConnectOptions{Timeout: 8, RetryCnt: 1}, nil)
 	post(t, ea, write(4, a.mr.SGE(0, 64), bmr.Addr, bmr.RKey))
-	if wc := ok(t, ea.scq, 1, 5*time.Second)[0]; wc.WRID != 4 || wc.Status != verbs.WCSuccess {
-		t.Errorf("a WRITE to B's rkey through a QP connected to B: %+v", wc)
-	}
+	hcatest.CheckErr(t, "a WRITE to B's rkey through a QP connected to B", hcatest.Poll1(t, ea.scq), 4, verbs.WCSuccess, 0)
 	if bmr.Buf[0] != 0xAA || bmr.Buf[64] != 0xBB {
 		t.Errorf("the WRITE did not land: %x", bmr.Buf[:72])
 	}
@@ -892,9 +846,7 @@ func TestForeignKeys(t *testing.T) {
 	ro, err := b.pd.RegMR(roBuf, verbs.AccessLocalWrite|verbs.AccessRemoteRead)
 	require.NoError(t, err)
 	post(t, ea, write(5, a.mr.SGE(0, 64), ro.Addr, ro.RKey))
-	if wc := ok(t, ea.scq, 1, 5*time.Second)[0]; wc.WRID != 5 || wc.Status != verbs.WCRemAccessErr {
-		t.Errorf("a WRITE to B's read-only MR: %+v, want REM_ACCESS_ERR", wc)
-	}
+	hcatest.CheckErr(t, "a WRITE to B's read-only MR", hcatest.Poll1(t, ea.scq), 5, verbs.WCRemAccessErr, 0)
 	if !allZero(roBuf) {
 		t.Errorf("B's read-only MR was written")
 	}
@@ -957,15 +909,13 @@ func TestForeignDoorbells(t *testing.T) {
 		afn.ArmCQ(eb.scq.Handle(), cq.ArmWord(1, cq.ArmNext, 0))
 		afn.ArmCQ(eb.rcq.Handle(), cq.ArmWord(1, cq.ArmNext, 0))
 	}
-	quiet(t, eb.scq, 50*time.Millisecond, "B's send CQ after A rang B's QP")
+	hcatest.Quiet(t, eb.scq, 50*time.Millisecond, "B's send CQ after A rang B's QP")
 	if !allZero(a.mr.Buf[:9]) {
 		t.Fatalf("B's WRITE executed on A's doorbell")
 	}
 	// B's own doorbell runs it; B's CQ was not armed by A: no event.
 	cl.RingSQ(eb.qp.QPN())
-	if wc := pollN(t, eb.scq, 1, 5*time.Second)[0]; wc.WRID != 1 || wc.Status != verbs.WCSuccess {
-		t.Fatalf("B's WRITE on its own doorbell: %+v", wc)
-	}
+	hcatest.CheckErr(t, "B's WRITE on its own doorbell", hcatest.Poll1(t, eb.scq), 1, verbs.WCSuccess, 0)
 	if string(a.mr.Buf[:9]) != "held back" {
 		t.Fatalf("the WRITE did not land: %q", a.mr.Buf[:9])
 	}
@@ -977,7 +927,7 @@ func TestForeignDoorbells(t *testing.T) {
 	// B arms its CQ itself: the next completion notifies.
 	eb.scq.ReqNotify(false)
 	post(t, eb, write(2, b.mr.SGE(0, 9), a.mr.Addr+64, a.mr.RKey))
-	pollN(t, eb.scq, 1, 5*time.Second)
+	hcatest.Poll(t, eb.scq, 1)
 	select {
 	case <-bch.C:
 	case <-time.After(5 * time.Second):
@@ -1054,7 +1004,7 @@ func TestPeerDies(t *testing.T) {
 		// B dies: its socket closes, nothing else.
 		uc.Close()
 
-		got := pollN(t, ea.scq, len(wrs), 10*time.Second)
+		got := hcatest.PollWithin(t, ea.scq, len(wrs), 10*time.Second)
 		i := 0
 		for i < len(got) && got[i].Status == verbs.WCSuccess {
 			i++
@@ -1078,7 +1028,7 @@ func TestPeerDies(t *testing.T) {
 		// A's receives: B's SENDs may have taken them before B died;
 		// whatever is left flushes now that A's QP is in error.
 		var recvd, flushed int
-		for _, wc := range pollN(t, ea.rcq, 2, 5*time.Second) {
+		for _, wc := range hcatest.Poll(t, ea.rcq, 2) {
 			switch wc.Status {
 			case verbs.WCSuccess:
 				recvd++
@@ -1089,7 +1039,7 @@ func TestPeerDies(t *testing.T) {
 			}
 		}
 		t.Logf("round %d: %d of A's WRs succeeded before B died; %d receives, %d flushed", round, i, recvd, flushed)
-		quiet(t, ea.scq, 10*time.Millisecond, "A's send CQ")
+		hcatest.Quiet(t, ea.scq, 10*time.Millisecond, "A's send CQ")
 
 		// The daemon released B's mappings: only B's own (client side)
 		// remain until B's Client is closed.
@@ -1310,7 +1260,7 @@ func TestShutdown(t *testing.T) {
 	eb2, ea2 := b.ep(t, nil), a.ep(t, nil)
 	connectEPs(t, eb2, ea2, nil, nil)
 	postRecv(t, eb2, verbs.RecvWR{WRID: 10, SG: []verbs.SGE{b.mr.SGE(0, 64)}}, verbs.RecvWR{WRID: 11, SG: []verbs.SGE{b.mr.SGE(64, 64)}})
-	quiet(t, ea.scq, 20*time.Millisecond, "A's send CQ before the shutdown")
+	hcatest.Quiet(t, ea.scq, 20*time.Millisecond, "A's send CQ before the shutdown")
 	idle := dialRaw(t, path) // connected, no HELLO
 	late := dialRaw(t, path) // HELLO during the grace period
 	// Both accepted (a connection still in the listener's backlog is reset
@@ -1324,12 +1274,12 @@ func TestShutdown(t *testing.T) {
 	start := time.Now()
 	stopped := make(chan struct{})
 	go func() { s.Shutdown(grace); close(stopped) }()
-	for _, wc := range pollN(t, ea.scq, 3, grace) {
+	for _, wc := range hcatest.PollWithin(t, ea.scq, 3, grace) {
 		if wc.Status != verbs.WCWRFlushErr {
 			t.Errorf("A's WR %d at shutdown: %v, want WR_FLUSH_ERR", wc.WRID, wc.Status)
 		}
 	}
-	for _, wc := range pollN(t, eb2.rcq, 2, grace) {
+	for _, wc := range hcatest.PollWithin(t, eb2.rcq, 2, grace) {
 		if wc.Status != verbs.WCWRFlushErr {
 			t.Errorf("B's receive %d at shutdown: %v, want WR_FLUSH_ERR", wc.WRID, wc.Status)
 		}
@@ -1459,7 +1409,7 @@ func TestShutdownGrace(t *testing.T) {
 		late := n.ep(t, nil) // created and connected during the grace period
 		require.NoError(t, late.qp.Connect(late.qp.Info(), nil))
 		postRecv(t, late, verbs.RecvWR{WRID: 21, SG: []verbs.SGE{n.mr.SGE(0, 64)}})
-		quiet(t, late.rcq, 20*time.Millisecond, "a receive posted during the grace period")
+		hcatest.Quiet(t, late.rcq, 20*time.Millisecond, "a receive posted during the grace period")
 		if leave {
 			// The client goes: Shutdown returns long before its grace.
 			ctx.Close()
@@ -1477,9 +1427,7 @@ func TestShutdownGrace(t *testing.T) {
 		}
 		if !leave {
 			// Connection closed; the completion is in the client's CQ.
-			if wc := pollN(t, late.rcq, 1, time.Second)[0]; wc.WRID != 21 || wc.Status != verbs.WCWRFlushErr {
-				t.Errorf("the receive posted during the grace period: %+v, want WR 21 flushed", wc)
-			}
+			hcatest.CheckErr(t, "the receive posted during the grace period", hcatest.PollWithin(t, late.rcq, 1, time.Second)[0], 21, verbs.WCWRFlushErr, 0)
 		}
 	}
 }
