@@ -116,32 +116,54 @@ const (
 //	60      wqe_counter (BE16)   62 signature   63 op_own: [7:4] opcode, [3:2] format, [0] owner
 type CQE []byte
 
+// Byte offsets in a CQE, named as in mlx5_cqe64 / mlx5_err_cqe /
+// mlx5_sig_err_cqe.
+const (
+	offExpectedTransSig = 16 // sig: BE32
+	offActualTransSig   = 20 // sig: BE32
+	offExpectedRefTag   = 24 // sig: BE32
+	offActualRefTag     = 28 // sig: BE32
+	offSRQN             = 32 // srqn_uidx BE32
+	offSigSyndrome      = 32 // sig: syndrome BE16
+	offSigType          = 34 // sig: sig_type
+	offSigDomain        = 35 // sig: domain
+	offImmediate        = 36 // imm_inval_pkey BE32; sig: mkey
+	offErrOffset        = 40 // sig: err_offset BE64
+	offByteCount        = 44 // byte_cnt BE32
+	offTimestamp        = 48 // timestamp BE64
+	offVendorSyndrome   = 54 // err: vendor_err_synd
+	offSyndrome         = 55 // err: syndrome
+	offSopDropQPN       = 56 // [31:24] WQE opcode, [23:0] QPN
+	offWQECounter       = 60 // wqe_counter BE16
+	offOpOwn            = 63 // [7:4] opcode, [3:2] format, [0] owner
+)
+
 // Opcode returns the CQE opcode.
-func (c CQE) Opcode() Opcode { return Opcode(c[63] >> 4) }
+func (c CQE) Opcode() Opcode { return Opcode(c[offOpOwn] >> 4) }
 
 // Owner returns the owner bit.
-func (c CQE) Owner() uint8 { return c[63] & 1 }
+func (c CQE) Owner() uint8 { return c[offOpOwn] & 1 }
 
 // ByteCount returns byte_cnt.
-func (c CQE) ByteCount() uint32 { return binary.BigEndian.Uint32(c[44:]) }
+func (c CQE) ByteCount() uint32 { return binary.BigEndian.Uint32(c[offByteCount:]) }
 
 // QPN returns the QP number.
-func (c CQE) QPN() uint32 { return binary.BigEndian.Uint32(c[56:]) & 0xFFFFFF }
+func (c CQE) QPN() uint32 { return binary.BigEndian.Uint32(c[offSopDropQPN:]) & 0xFFFFFF }
 
 // WQEOpcode returns the opcode of the completed send WQE (requester and error CQEs).
-func (c CQE) WQEOpcode() uint8 { return c[56] }
+func (c CQE) WQEOpcode() uint8 { return c[offSopDropQPN] }
 
 // WQECounter returns the WQE index of the completed WQE.
-func (c CQE) WQECounter() uint16 { return binary.BigEndian.Uint16(c[60:]) }
+func (c CQE) WQECounter() uint16 { return binary.BigEndian.Uint16(c[offWQECounter:]) }
 
 // Immediate returns imm_inval_pkey: the immediate, or the invalidated rkey.
-func (c CQE) Immediate() uint32 { return binary.BigEndian.Uint32(c[36:]) }
+func (c CQE) Immediate() uint32 { return binary.BigEndian.Uint32(c[offImmediate:]) }
 
 // Syndrome returns an error CQE's syndrome.
-func (c CQE) Syndrome() Syndrome { return Syndrome(c[55]) }
+func (c CQE) Syndrome() Syndrome { return Syndrome(c[offSyndrome]) }
 
 // VendorSyndrome returns an error CQE's vendor_err_synd.
-func (c CQE) VendorSyndrome() uint8 { return c[54] }
+func (c CQE) VendorSyndrome() uint8 { return c[offVendorSyndrome] }
 
 // Fields are the fields of a CQE of any kind; Encode writes the ones its
 // opcode uses.
@@ -177,33 +199,33 @@ type SigFields struct {
 // does not use zeroed. The last word (wqe_counter, signature, op_own) is
 // returned instead of written: the ring publishes it atomically.
 func (c CQE) Encode(f *Fields, owner uint8) (last [4]byte) {
-	clear(c[:60])
+	clear(c[:offWQECounter])
 	switch f.Opcode {
 	case OpSigErr:
 		s := &f.Sig
-		binary.BigEndian.PutUint32(c[16:], s.ExpectedTransSig)
-		binary.BigEndian.PutUint32(c[20:], s.ActualTransSig)
-		binary.BigEndian.PutUint32(c[24:], s.ExpectedRefTag)
-		binary.BigEndian.PutUint32(c[28:], s.ActualRefTag)
-		binary.BigEndian.PutUint16(c[32:], s.Syndrome)
-		c[34], c[35] = s.SigType&7, s.Domain&7
-		binary.BigEndian.PutUint32(c[36:], s.Mkey)
-		binary.BigEndian.PutUint64(c[40:], s.ErrOffset)
-		binary.BigEndian.PutUint32(c[56:], f.QPN&0xFFFFFF)
+		binary.BigEndian.PutUint32(c[offExpectedTransSig:], s.ExpectedTransSig)
+		binary.BigEndian.PutUint32(c[offActualTransSig:], s.ActualTransSig)
+		binary.BigEndian.PutUint32(c[offExpectedRefTag:], s.ExpectedRefTag)
+		binary.BigEndian.PutUint32(c[offActualRefTag:], s.ActualRefTag)
+		binary.BigEndian.PutUint16(c[offSigSyndrome:], s.Syndrome)
+		c[offSigType], c[offSigDomain] = s.SigType&7, s.Domain&7
+		binary.BigEndian.PutUint32(c[offImmediate:], s.Mkey)
+		binary.BigEndian.PutUint64(c[offErrOffset:], s.ErrOffset)
+		binary.BigEndian.PutUint32(c[offSopDropQPN:], f.QPN&0xFFFFFF)
 	case OpReqErr, OpRespErr:
-		binary.BigEndian.PutUint32(c[32:], f.SRQN)
-		c[54], c[55] = f.VendorSyndrome, uint8(f.Syndrome)
-		binary.BigEndian.PutUint32(c[56:], uint32(f.WQEOpcode)<<24|f.QPN&0xFFFFFF)
+		binary.BigEndian.PutUint32(c[offSRQN:], f.SRQN)
+		c[offVendorSyndrome], c[offSyndrome] = f.VendorSyndrome, uint8(f.Syndrome)
+		binary.BigEndian.PutUint32(c[offSopDropQPN:], uint32(f.WQEOpcode)<<24|f.QPN&0xFFFFFF)
 	default:
-		binary.BigEndian.PutUint32(c[32:], f.SRQN)
-		binary.BigEndian.PutUint32(c[36:], f.Immediate)
-		binary.BigEndian.PutUint32(c[44:], f.ByteCount)
-		binary.BigEndian.PutUint64(c[48:], f.Timestamp)
+		binary.BigEndian.PutUint32(c[offSRQN:], f.SRQN)
+		binary.BigEndian.PutUint32(c[offImmediate:], f.Immediate)
+		binary.BigEndian.PutUint32(c[offByteCount:], f.ByteCount)
+		binary.BigEndian.PutUint64(c[offTimestamp:], f.Timestamp)
 		op := uint32(0)
 		if f.Opcode == OpReq {
 			op = uint32(f.WQEOpcode) << 24
 		}
-		binary.BigEndian.PutUint32(c[56:], op|f.QPN&0xFFFFFF)
+		binary.BigEndian.PutUint32(c[offSopDropQPN:], op|f.QPN&0xFFFFFF)
 	}
 	if f.Opcode != OpSigErr {
 		binary.BigEndian.PutUint16(last[:], f.WQECounter)
@@ -218,28 +240,28 @@ func (c CQE) Fields() Fields {
 	switch f.Opcode {
 	case OpSigErr:
 		f.Sig = SigFields{
-			ExpectedTransSig: binary.BigEndian.Uint32(c[16:]),
-			ActualTransSig:   binary.BigEndian.Uint32(c[20:]),
-			ExpectedRefTag:   binary.BigEndian.Uint32(c[24:]),
-			ActualRefTag:     binary.BigEndian.Uint32(c[28:]),
-			Syndrome:         binary.BigEndian.Uint16(c[32:]),
-			SigType:          c[34] & 7,
-			Domain:           c[35] & 7,
-			Mkey:             binary.BigEndian.Uint32(c[36:]),
-			ErrOffset:        binary.BigEndian.Uint64(c[40:]),
+			ExpectedTransSig: binary.BigEndian.Uint32(c[offExpectedTransSig:]),
+			ActualTransSig:   binary.BigEndian.Uint32(c[offActualTransSig:]),
+			ExpectedRefTag:   binary.BigEndian.Uint32(c[offExpectedRefTag:]),
+			ActualRefTag:     binary.BigEndian.Uint32(c[offActualRefTag:]),
+			Syndrome:         binary.BigEndian.Uint16(c[offSigSyndrome:]),
+			SigType:          c[offSigType] & 7,
+			Domain:           c[offSigDomain] & 7,
+			Mkey:             binary.BigEndian.Uint32(c[offImmediate:]),
+			ErrOffset:        binary.BigEndian.Uint64(c[offErrOffset:]),
 		}
 		f.WQECounter = 0
 	case OpReqErr, OpRespErr:
-		f.SRQN = binary.BigEndian.Uint32(c[32:])
-		f.WQEOpcode = c[56]
+		f.SRQN = binary.BigEndian.Uint32(c[offSRQN:])
+		f.WQEOpcode = c[offSopDropQPN]
 		f.Syndrome, f.VendorSyndrome = c.Syndrome(), c.VendorSyndrome()
 	default:
-		f.SRQN = binary.BigEndian.Uint32(c[32:])
+		f.SRQN = binary.BigEndian.Uint32(c[offSRQN:])
 		f.Immediate = c.Immediate()
 		f.ByteCount = c.ByteCount()
-		f.Timestamp = binary.BigEndian.Uint64(c[48:])
+		f.Timestamp = binary.BigEndian.Uint64(c[offTimestamp:])
 		if f.Opcode == OpReq {
-			f.WQEOpcode = c[56]
+			f.WQEOpcode = c[offSopDropQPN]
 		}
 	}
 	return f

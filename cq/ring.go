@@ -17,6 +17,8 @@ var (
 // Doorbell-record layout: word 0 the consumer index (24 bits), word 1 the
 // last arm command.
 const (
+	DBRecCI   = 0 // offset of the consumer index (MLX5_CQ_SET_CI)
+	DBRecArm  = 4 // offset of the arm word (MLX5_CQ_ARM_DB)
 	DBRecSize = 8
 	// Arm commands (bits 27:24 of the arm word, MLX5_CQ_DB_REQ_NOT*).
 	ArmNext      = 0 << 24
@@ -62,7 +64,7 @@ func NewRing(buf, dbrec []byte, logSize uint8, notify func()) (*Ring, error) {
 func (r *Ring) Size() uint32 { return 1 << r.logSize }
 
 // ConsumerIndex returns the driver's consumer index from the doorbell record.
-func (r *Ring) ConsumerIndex() uint32 { return dma.LoadBE32(r.dbrec) & indexMask }
+func (r *Ring) ConsumerIndex() uint32 { return dma.LoadBE32(r.dbrec[DBRecCI:]) & indexMask }
 
 // Push writes one CQE. solicited marks a completion that a solicited-only
 // arming reports (solicited events and errors). A full ring is an
@@ -83,7 +85,7 @@ func (r *Ring) Push(f *Fields, solicited bool) error {
 	i := r.pi & (r.Size() - 1)
 	c := CQE(r.buf[i*CQESize : (i+1)*CQESize])
 	last := c.Encode(f, uint8(r.pi>>r.logSize))
-	dma.StoreBytes(c[60:], last)
+	dma.StoreBytes(c[offWQECounter:], last)
 	r.pi = (r.pi + 1) & indexMask
 	fire := r.armed && (!r.solOnly || solicited || f.Opcode == OpReqErr || f.Opcode == OpRespErr)
 	if fire {
@@ -101,7 +103,7 @@ func (r *Ring) Push(f *Fields, solicited bool) error {
 // holds a completion at or after the arm's consumer index, the event is
 // delivered at once; otherwise at the next completion.
 func (r *Ring) Arm(word uint32) {
-	dma.StoreBE32(r.dbrec[4:], word)
+	dma.StoreBE32(r.dbrec[DBRecArm:], word)
 	r.mu.Lock()
 	ci := word & indexMask
 	sol := word&(0xF<<24) == ArmSolicited
@@ -137,7 +139,7 @@ func (r *Ring) Broken() bool {
 func Poll(buf []byte, logSize uint8, ci uint32) (CQE, bool) {
 	i := ci & (1<<logSize - 1)
 	c := CQE(buf[i*CQESize : (i+1)*CQESize])
-	last := dma.LoadBytes(c[60:])
+	last := dma.LoadBytes(c[offWQECounter:])
 	op, owner := Opcode(last[3]>>4), last[3]&1
 	if op == OpInvalid || owner != uint8(ci>>logSize)&1 {
 		return nil, false
@@ -148,10 +150,10 @@ func Poll(buf []byte, logSize uint8, ci uint32) (CQE, bool) {
 // InitRing prepares a ring for the device: every op_own INVALID with owner 1.
 func InitRing(buf []byte) {
 	for i := 0; i+CQESize <= len(buf); i += CQESize {
-		dma.StoreBytes(buf[i+60:], [4]byte{0, 0, 0, ArmInitialOpOwn})
+		dma.StoreBytes(buf[i+offWQECounter:], [4]byte{0, 0, 0, ArmInitialOpOwn})
 	}
 }
 
 // SetConsumerIndex is the driver's update of the doorbell record after
 // polling (the consumer index, 24 bits).
-func SetConsumerIndex(dbrec []byte, ci uint32) { dma.StoreBE32(dbrec, ci&indexMask) }
+func SetConsumerIndex(dbrec []byte, ci uint32) { dma.StoreBE32(dbrec[DBRecCI:], ci&indexMask) }

@@ -198,7 +198,7 @@ func (f *Func) createQP(in In) Out {
 	if err != nil || !dma.Aligned(db) {
 		return failOut(StatusBadParam, 0, "doorbell record: %v", err)
 	}
-	sqr, err := sq.NewRing(sqBuf, db[4:], logSQ)
+	sqr, err := sq.NewRing(sqBuf, db[sq.DBRecSend:], logSQ)
 	if err != nil {
 		return failOut(StatusBadParam, 0, "%v", err)
 	}
@@ -223,7 +223,7 @@ func (f *Func) createQP(in In) Out {
 	}
 	qp := &QP{
 		fn: f, dev: f.dev, pd: pd, scq: scq, rcq: rcq, integrity: flags&QPFlagIntegr != 0, drainSig: flags&QPFlagDrainSigErr != 0,
-		sqr: sqr, rqBuf: rqBuf, rqDB: db[:4], rqLog: logRQ, rqStride: logStride,
+		sqr: sqr, rqBuf: rqBuf, rqDB: db[sq.DBRecRecv : sq.DBRecRecv+4], rqLog: logRQ, rqStride: logStride,
 		bell: make(chan struct{}, 1), rbell: make(chan struct{}, 1),
 		acks: newMbox[response](inboxSize), inbox: newMbox[*request](inboxSize), stop: make(chan struct{}),
 	}
@@ -231,7 +231,7 @@ func (f *Func) createQP(in In) Out {
 	qp.req.timer = time.NewTimer(time.Hour)
 	qp.req.timer.Stop()
 	if flags&QPFlagDBHint != 0 {
-		qp.sqHint = db[8:12]
+		qp.sqHint = db[sq.DBRecHint : sq.DBRecHint+4]
 		dma.StoreBE32(qp.sqHint, 0)
 	}
 	n, ok := f.dev.allocQPN(qp)

@@ -13,8 +13,19 @@ var (
 	ErrBadWQE   = errors.New("sq: malformed WQE")
 )
 
-// DBRecSize is the size of a QP doorbell record: word 0 the receive
-// counter, word 1 the send counter (MLX5_RCV_DBR, MLX5_SND_DBR).
+// The QP doorbell record, big-endian 32-bit words:
+//
+//	offset 0  receive counter (MLX5_RCV_DBR), low 16 bits the RQ producer
+//	offset 4  send counter (MLX5_SND_DBR), low 16 bits the SQ producer
+//	offset 8  model extension: send activity hint (DBRecHintSize)
+const (
+	DBRecRecv = 0 // offset of the receive counter
+	DBRecSend = 4 // offset of the send counter
+	DBRecHint = 8 // offset of the send activity hint
+)
+
+// DBRecSize is the size of a QP doorbell record: the receive and the
+// send counter.
 const DBRecSize = 8
 
 // DBRecHintSize is the size of a doorbell record with the model's send

@@ -410,8 +410,8 @@ func (qp *QP) Modify(a *QPAttr) error {
 		qp.rmu.Lock()
 		qp.rqHead, qp.rqTail = 0, 0
 		qp.rmu.Unlock()
-		dma.StoreBE32(qp.db, 0)
-		dma.StoreBE32(qp.db[4:], 0)
+		dma.StoreBE32(qp.db[sq.DBRecRecv:], 0)
+		dma.StoreBE32(qp.db[sq.DBRecSend:], 0)
 	}
 	return nil
 }
@@ -506,7 +506,7 @@ func (qp *QP) PostRecv(wrs []RecvWR) (int, error) {
 	head := qp.rqHead
 	qp.rmu.Unlock()
 	if posted > 0 {
-		dma.StoreBE32(qp.db, uint32(head))
+		dma.StoreBE32(qp.db[sq.DBRecRecv:], uint32(head))
 		qp.ctx.fn.RingRQ(qp.qpn)
 	}
 	return posted, err
@@ -548,8 +548,8 @@ func (qp *QP) PostSend(wrs []SendWR) (int, error) {
 // anyway (the store and the load are both sequentially consistent, and the
 // device clears the hint before its last look).
 func (qp *QP) ringSQ(cur uint16) {
-	dma.StoreBE32(qp.db[4:], uint32(cur))
-	if dma.LoadBE32(qp.db[8:]) == 0 {
+	dma.StoreBE32(qp.db[sq.DBRecSend:], uint32(cur))
+	if dma.LoadBE32(qp.db[sq.DBRecHint:]) == 0 {
 		qp.ctx.fn.RingSQ(qp.qpn)
 	}
 }
@@ -741,7 +741,7 @@ func (qp *QP) CurPost() uint16 {
 // record's word 2, DEVICE.md): true while the device's send engine for
 // this QP will read the send counter again without a doorbell, false once
 // it sleeps until the next one.
-func (qp *QP) SendEngineAwake() bool { return dma.LoadBE32(qp.db[8:]) != 0 }
+func (qp *QP) SendEngineAwake() bool { return dma.LoadBE32(qp.db[sq.DBRecHint:]) != 0 }
 
 // PostedWQE is a copy of a posted send WQE, for tools that show what the
 // driver wrote (hcasim demo).
