@@ -208,11 +208,34 @@ func (f *Func) FreeDMA(iova uint64) error {
 	return f.mem.Unmap(iova)
 }
 
+// lookupQP returns the function's QP qpn, or nil.
+func (f *Func) lookupQP(qpn uint32) *QP {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.qps[qpn]
+}
+
+// lookupCQ returns the function's CQ cqn, or nil.
+func (f *Func) lookupCQ(cqn uint32) *CQ {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.cqs[cqn]
+}
+
+// allQPs returns a snapshot of the function's QPs.
+func (f *Func) allQPs() []*QP {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	qps := make([]*QP, 0, len(f.qps))
+	for _, qp := range f.qps {
+		qps = append(qps, qp)
+	}
+	return qps
+}
+
 // RingSQ implements Function.RingSQ.
 func (f *Func) RingSQ(qpn uint32) {
-	f.mu.Lock()
-	qp := f.qps[qpn]
-	f.mu.Unlock()
+	qp := f.lookupQP(qpn)
 	if qp != nil {
 		qp.doorbell()
 	}
@@ -220,9 +243,7 @@ func (f *Func) RingSQ(qpn uint32) {
 
 // RingRQ implements Function.RingRQ.
 func (f *Func) RingRQ(qpn uint32) {
-	f.mu.Lock()
-	qp := f.qps[qpn]
-	f.mu.Unlock()
+	qp := f.lookupQP(qpn)
 	if qp != nil {
 		qp.ringRQ()
 	}
@@ -230,9 +251,7 @@ func (f *Func) RingRQ(qpn uint32) {
 
 // ArmCQ implements Function.ArmCQ.
 func (f *Func) ArmCQ(cqn uint32, word uint32) {
-	f.mu.Lock()
-	c := f.cqs[cqn]
-	f.mu.Unlock()
+	c := f.lookupCQ(cqn)
 	if c != nil {
 		c.ring.Arm(word)
 	}
@@ -265,13 +284,7 @@ func (f *Func) event(t EventType, obj uint32) {
 // and posted work completes with flush errors (a daemon shutting down does
 // this before it closes its functions).
 func (f *Func) Quiesce() {
-	f.mu.Lock()
-	qps := make([]*QP, 0, len(f.qps))
-	for _, qp := range f.qps {
-		qps = append(qps, qp)
-	}
-	f.mu.Unlock()
-	for _, qp := range qps {
+	for _, qp := range f.allQPs() {
 		qp.toError()
 	}
 }
@@ -285,12 +298,8 @@ func (f *Func) Close() error {
 		return nil
 	}
 	f.closed = true
-	qps := make([]*QP, 0, len(f.qps))
-	for _, qp := range f.qps {
-		qps = append(qps, qp)
-	}
 	f.mu.Unlock()
-	for _, qp := range qps {
+	for _, qp := range f.allQPs() {
 		qp.destroy()
 	}
 	f.mu.Lock()

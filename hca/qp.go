@@ -252,9 +252,7 @@ func (f *Func) createQP(in In) Out {
 }
 
 func (f *Func) destroyQP(qpn uint32) Out {
-	f.mu.Lock()
-	qp := f.qps[qpn]
-	f.mu.Unlock()
+	qp := f.lookupQP(qpn)
 	if qp == nil {
 		return failOut(StatusBadResource, qpn, "no QP %#x", qpn)
 	}
@@ -288,9 +286,7 @@ func (qp *QP) destroy() {
 
 func (f *Func) modifyQP(op uint16, in In) Out {
 	qpn := in.U32(QPNOff) & 0xFFFFFF
-	f.mu.Lock()
-	qp := f.qps[qpn]
-	f.mu.Unlock()
+	qp := f.lookupQP(qpn)
 	if qp == nil {
 		return failOut(StatusBadResource, qpn, "no QP %#x", qpn)
 	}
@@ -370,9 +366,7 @@ func (qp *QP) reset() {
 }
 
 func (f *Func) queryQP(qpn uint32) Out {
-	f.mu.Lock()
-	qp := f.qps[qpn]
-	f.mu.Unlock()
+	qp := f.lookupQP(qpn)
 	if qp == nil {
 		return failOut(StatusBadResource, qpn, "no QP %#x", qpn)
 	}
