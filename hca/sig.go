@@ -107,53 +107,6 @@ func (f *Func) sigReport(idx uint32, expect uint8) bool {
 	return true
 }
 
-// resolveKey resolves an access by qp through key. A signature key's
-// addresses are in its wire domain: the range is mapped to the
-// memory-domain range its translation holds, and the access carries the
-// transform. A signature key cannot serve atomics.
-//
-// A signature access is written into into when it is not nil (storage
-// that lives as long as the access: a request's, the responder's), and
-// allocated otherwise.
-func (qp *QP) resolveKey(segs [][]byte, key klm.Key, addr, n uint64, need klm.Access, toWire bool, into *sigAccess) ([][]byte, *sigAccess, error) {
-	t := qp.fn.mkeys
-	m := t.Lookup(key.Index())
-	if m == nil || !m.BSFEnabled || m.Free || m.Variant != key.Variant() || len(m.BSF) != psv.BSFSize {
-		segs, err := t.Resolve(segs, klm.Request{Key: key, PD: qp.pd, Addr: addr, Len: n, Access: need})
-		return segs, nil, err
-	}
-	fault := func(kind klm.FaultKind) error {
-		return &klm.Fault{Kind: kind, Key: key, Addr: addr, Len: n, Need: need}
-	}
-	if need&klm.Atomic != 0 || addr < m.StartAddr {
-		return segs, nil, fault(klm.FaultAccess)
-	}
-	sig, err := qp.fn.sigOf(key.Index(), m)
-	if err != nil {
-		return segs, nil, fault(klm.FaultTranslation)
-	}
-	woff := addr - m.StartAddr
-	moff, mlen, err := sig.MemRange(woff, n)
-	if err != nil {
-		return segs, nil, fault(klm.FaultRange)
-	}
-	if segs == nil {
-		// A strided memory domain comes back as two segments per block.
-		segs = make([][]byte, 0, 2*mlen/sig.MemBlock()+2)
-	}
-	segs, err = t.Resolve(segs, klm.Request{Key: key, PD: qp.pd, Addr: m.StartAddr + moff, Len: mlen, Access: need})
-	if err != nil {
-		return segs, nil, err
-	}
-	if into == nil {
-		into = new(sigAccess)
-	}
-	// The stream's memory is kept: Init prepares it again.
-	into.sig, into.first, into.wlen, into.toWire = sig, woff/sig.WireBlock(), n, toWire
-	into.fn, into.key, into.expect, into.qp, into.own = qp.fn, key, m.ExpectedSigErr, qp, false
-	return segs, into, nil
-}
-
 // moveData moves a message of request r from src to dst segments, through
 // the signature transforms of either side (both: through a bounce buffer
 // holding the wire stream), in the responder qp. A PI error or failure of

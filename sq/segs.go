@@ -1,8 +1,9 @@
 // Package sq owns the send side of the modelled HCA's work queues: the WQE
 // segment layouts (control, data, remote address, atomic, inline, SET_PSV),
 // the ring arithmetic of a send queue of 64-byte WQEBBs in host memory with
-// segments that wrap at its end, the doorbell record, and the queue's
-// fetch loop that hands each WQE, in order, to an executor.
+// segments that wrap at its end, the doorbell record, and Ring.Fetch, which
+// takes the posted WQEs one at a time in order. The loop that runs them (the
+// send engine, its executor) is the device's and lives in package hca.
 package sq
 
 import (

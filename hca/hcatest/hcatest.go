@@ -1,8 +1,9 @@
 // Package hcatest is a scenario suite for an RDMA device driven through
 // the verbs API, in the manner of testing/fstest: [Run] takes a way to open
 // verbs contexts on the device under test and runs every scenario as a
-// subtest. The same scenarios run against an in-process [hca.Device] and,
-// later, against a device served over a Unix socket.
+// subtest. The same scenarios run against an in-process [hca.Device], a
+// device served over a Unix socket (verbs.Dial), and two daemons joined by
+// the RoCEv2 wire.
 //
 // Scenarios use only the public verbs API: memory comes from
 // Context.Alloc (so that it can be registered over a socket), is
