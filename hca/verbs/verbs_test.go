@@ -1,7 +1,6 @@
 package verbs_test
 
 import (
-	"bytes"
 	"context"
 	"testing"
 	"time"
@@ -9,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/hcasim/hcasim/hca"
+	"github.com/hcasim/hcasim/hca/hcatest"
 	"github.com/hcasim/hcasim/hca/verbs"
 )
 
@@ -25,44 +25,32 @@ type side struct {
 func newSide(t *testing.T, dev *hca.Device) *side {
 	t.Helper()
 	ctx, err := verbs.Open(dev)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err, "open")
 	t.Cleanup(func() { ctx.Close() })
 	s := &side{ctx: ctx}
-	if s.pd, err = ctx.AllocPD(); err != nil {
-		t.Fatal(err)
-	}
-	if s.cq, err = ctx.CreateCQ(256, nil); err != nil {
-		t.Fatal(err)
-	}
-	if s.qp, err = s.pd.CreateQP(&verbs.QPInitAttr{SendCQ: s.cq, RecvCQ: s.cq, Cap: verbs.QPCap{MaxSendWR: 64, MaxRecvWR: 64, MaxSendSGE: 4, MaxRecvSGE: 4, MaxInline: 64}}); err != nil {
-		t.Fatal(err)
-	}
+	s.pd, err = ctx.AllocPD()
+	require.NoError(t, err, "alloc PD")
+	s.cq, err = ctx.CreateCQ(256, nil)
+	require.NoError(t, err, "create CQ")
+	s.qp, err = s.pd.CreateQP(&verbs.QPInitAttr{SendCQ: s.cq, RecvCQ: s.cq, Cap: verbs.QPCap{MaxSendWR: 64, MaxRecvWR: 64, MaxSendSGE: 4, MaxRecvSGE: 4, MaxInline: 64}})
+	require.NoError(t, err, "create QP")
 	s.buf = make([]byte, 1<<16)
-	if s.mr, err = s.pd.RegMR(s.buf, verbs.AccessLocalWrite|verbs.AccessRemoteWrite|verbs.AccessRemoteRead|verbs.AccessRemoteAtomic); err != nil {
-		t.Fatal(err)
-	}
+	s.mr, err = s.pd.RegMR(s.buf, verbs.AccessLocalWrite|verbs.AccessRemoteWrite|verbs.AccessRemoteRead|verbs.AccessRemoteAtomic)
+	require.NoError(t, err, "register MR")
 	return s
 }
 
 func connect(t *testing.T, a, b *side) {
 	t.Helper()
-	if err := a.qp.Connect(b.qp.Info(), nil); err != nil {
-		t.Fatal(err)
-	}
-	if err := b.qp.Connect(a.qp.Info(), nil); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, a.qp.Connect(b.qp.Info(), nil), "connect a to b")
+	require.NoError(t, b.qp.Connect(a.qp.Info(), nil), "connect b to a")
 }
 
 // connectAgain resets both QPs (after an error) and connects them again.
 func connectAgain(t *testing.T, a, b *side) {
 	t.Helper()
 	for _, s := range []*side{a, b} {
-		if err := s.qp.Modify(&verbs.QPAttr{State: verbs.StateReset}); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, s.qp.Modify(&verbs.QPAttr{State: verbs.StateReset}), "reset QP %#x", s.qp.QPN())
 	}
 	connect(t, a, b)
 }
@@ -85,59 +73,38 @@ func TestWriteSendReadAtomic(t *testing.T) {
 	connect(t, a, b)
 	copy(a.buf, "hello, hcasim")
 	// RDMA WRITE a → b.
-	if _, err := a.qp.PostSend([]verbs.SendWR{{WRID: 1, Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled,
-		SG: []verbs.SGE{a.mr.SGE(0, 13)}, RemoteAddr: b.mr.Addr + 100, RKey: b.mr.RKey}}); err != nil {
-		t.Fatal(err)
-	}
-	wc := wait(t, a, 1)[0]
-	if wc.Status != verbs.WCSuccess || wc.WRID != 1 || wc.Opcode != verbs.WCRDMAWrite {
-		t.Fatalf("write completion %+v", wc)
-	}
-	if !bytes.Equal(b.buf[100:113], a.buf[:13]) {
-		t.Fatalf("b got %q", b.buf[100:113])
-	}
+	_, err := a.qp.PostSend([]verbs.SendWR{{WRID: 1, Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled,
+		SG: []verbs.SGE{a.mr.SGE(0, 13)}, RemoteAddr: b.mr.Addr + 100, RKey: b.mr.RKey}})
+	require.NoError(t, err, "post write")
+	hcatest.Check(t, "write completion", wait(t, a, 1)[0], hcatest.Want{WRID: 1, Op: verbs.WCRDMAWrite, Len: 13})
+	require.Equal(t, a.buf[:13], b.buf[100:113], "b got")
 	// SEND with immediate a → b.
-	if _, err := b.qp.PostRecv([]verbs.RecvWR{{WRID: 7, SG: []verbs.SGE{b.mr.SGE(1000, 64)}}}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := a.qp.PostSend([]verbs.SendWR{{WRID: 2, Opcode: verbs.WRSendWithImm, Imm: 0x1234, Flags: verbs.SendSignaled,
-		SG: []verbs.SGE{a.mr.SGE(0, 5)}}}); err != nil {
-		t.Fatal(err)
-	}
-	if wc := wait(t, a, 1)[0]; wc.Status != verbs.WCSuccess || wc.WRID != 2 {
-		t.Fatalf("send completion %+v", wc)
-	}
-	if wc := wait(t, b, 1)[0]; wc.Status != verbs.WCSuccess || wc.WRID != 7 || wc.ByteLen != 5 || !wc.WithImm || wc.Imm != 0x1234 {
-		t.Fatalf("recv completion %+v", wc)
-	}
-	if string(b.buf[1000:1005]) != "hello" {
-		t.Fatalf("recv data %q", b.buf[1000:1005])
-	}
+	_, err = b.qp.PostRecv([]verbs.RecvWR{{WRID: 7, SG: []verbs.SGE{b.mr.SGE(1000, 64)}}})
+	require.NoError(t, err, "post recv")
+	_, err = a.qp.PostSend([]verbs.SendWR{{WRID: 2, Opcode: verbs.WRSendWithImm, Imm: 0x1234, Flags: verbs.SendSignaled,
+		SG: []verbs.SGE{a.mr.SGE(0, 5)}}})
+	require.NoError(t, err, "post send with imm")
+	hcatest.Check(t, "send completion", wait(t, a, 1)[0], hcatest.Want{WRID: 2, Op: verbs.WCSend, Len: hcatest.AnyLen})
+	hcatest.Check(t, "recv completion", wait(t, b, 1)[0], hcatest.Want{WRID: 7, Op: verbs.WCRecv, Len: 5, Imm: 0x1234, WithImm: true})
+	require.Equal(t, "hello", string(b.buf[1000:1005]), "recv data")
 	// RDMA READ b → a.
 	copy(b.buf[2000:], "remote data")
-	if _, err := a.qp.PostSend([]verbs.SendWR{{WRID: 3, Opcode: verbs.WRRDMARead, Flags: verbs.SendSignaled,
-		SG: []verbs.SGE{a.mr.SGE(3000, 11)}, RemoteAddr: b.mr.Addr + 2000, RKey: b.mr.RKey}}); err != nil {
-		t.Fatal(err)
-	}
-	if wc := wait(t, a, 1)[0]; wc.Status != verbs.WCSuccess || wc.ByteLen != 11 || wc.Opcode != verbs.WCRDMARead {
-		t.Fatalf("read completion %+v", wc)
-	}
-	if string(a.buf[3000:3011]) != "remote data" {
-		t.Fatalf("read data %q", a.buf[3000:3011])
-	}
+	_, err = a.qp.PostSend([]verbs.SendWR{{WRID: 3, Opcode: verbs.WRRDMARead, Flags: verbs.SendSignaled,
+		SG: []verbs.SGE{a.mr.SGE(3000, 11)}, RemoteAddr: b.mr.Addr + 2000, RKey: b.mr.RKey}})
+	require.NoError(t, err, "post read")
+	hcatest.Check(t, "read completion", wait(t, a, 1)[0], hcatest.Want{WRID: 3, Op: verbs.WCRDMARead, Len: 11})
+	require.Equal(t, "remote data", string(a.buf[3000:3011]), "read data")
 	// Fetch-and-add and compare-and-swap on b.
 	b.buf[4007] = 5
-	if _, err := a.qp.PostSend([]verbs.SendWR{
+	_, err = a.qp.PostSend([]verbs.SendWR{
 		{WRID: 4, Opcode: verbs.WRAtomicFetchAdd, Flags: verbs.SendSignaled, SG: []verbs.SGE{a.mr.SGE(4000, 8)}, RemoteAddr: b.mr.Addr + 4000, RKey: b.mr.RKey, CompareAdd: 10},
 		{WRID: 5, Opcode: verbs.WRAtomicCmpSwp, Flags: verbs.SendSignaled, SG: []verbs.SGE{a.mr.SGE(4008, 8)}, RemoteAddr: b.mr.Addr + 4000, RKey: b.mr.RKey, CompareAdd: 15, Swap: 99},
-	}); err != nil {
-		t.Fatal(err)
-	}
+	})
+	require.NoError(t, err, "post atomics")
 	wcs := wait(t, a, 2)
-	if wcs[0].Status != verbs.WCSuccess || wcs[1].Status != verbs.WCSuccess {
-		t.Fatalf("atomics %+v", wcs)
-	}
-	if a.buf[4007] != 5 || a.buf[4015] != 15 || b.buf[4007] != 99 {
-		t.Fatalf("atomic values: fetched %d, %d; remote now %d", a.buf[4007], a.buf[4015], b.buf[4007])
-	}
+	hcatest.Check(t, "fetch-and-add completion", wcs[0], hcatest.Want{WRID: 4, Op: verbs.WCFetchAdd, Len: 8})
+	hcatest.Check(t, "compare-and-swap completion", wcs[1], hcatest.Want{WRID: 5, Op: verbs.WCCompSwap, Len: 8})
+	require.Equal(t, byte(5), a.buf[4007], "atomic values: fetch-and-add fetched")
+	require.Equal(t, byte(15), a.buf[4015], "atomic values: compare-and-swap fetched")
+	require.Equal(t, byte(99), b.buf[4007], "atomic values: remote now")
 }
