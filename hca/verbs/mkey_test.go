@@ -2,35 +2,34 @@ package verbs_test
 
 import (
 	"bytes"
-	"errors"
+	"fmt"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"github.com/hcasim/hcasim/hca"
+	"github.com/hcasim/hcasim/hca/hcatest"
 	"github.com/hcasim/hcasim/hca/verbs"
 )
 
 // configure posts one WRMkeyConfigure and waits for its completion.
 func configure(t *testing.T, s *side, cfg *verbs.MkeyConfig) {
 	t.Helper()
-	if _, err := s.qp.PostSend([]verbs.SendWR{{WRID: 50, Opcode: verbs.WRMkeyConfigure, Flags: verbs.SendSignaled, Mkey: cfg}}); err != nil {
-		t.Fatal(err)
-	}
-	if wc := wait(t, s, 1)[0]; wc.Status != verbs.WCSuccess || wc.Opcode != verbs.WCUMR || wc.WRID != 50 {
-		t.Fatalf("configure: %+v", wc)
-	}
+	_, err := s.qp.PostSend([]verbs.SendWR{{WRID: 50, Opcode: verbs.WRMkeyConfigure, Flags: verbs.SendSignaled, Mkey: cfg}})
+	require.NoError(t, err, "post mkey configure")
+	hcatest.Check(t, "configure", wait(t, s, 1)[0], hcatest.Want{WRID: 50, Op: verbs.WCUMR, Len: hcatest.AnyLen})
 }
 
 // sendThrough SENDs n bytes through the client's key at address 0 into
 // the server's receive through its key, and returns both completions.
 func sendThrough(t *testing.T, client, server *side, ckey, skey uint32, n int) (verbs.WC, verbs.WC) {
 	t.Helper()
-	if _, err := server.qp.PostRecv([]verbs.RecvWR{{WRID: 2, SG: []verbs.SGE{{Addr: 0, Length: uint32(n), LKey: skey}}}}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := client.qp.PostSend([]verbs.SendWR{{WRID: 1, Opcode: verbs.WRSend, Flags: verbs.SendSignaled,
-		SG: []verbs.SGE{{Addr: 0, Length: uint32(n), LKey: ckey}}}}); err != nil {
-		t.Fatal(err)
-	}
+	_, err := server.qp.PostRecv([]verbs.RecvWR{{WRID: 2, SG: []verbs.SGE{{Addr: 0, Length: uint32(n), LKey: skey}}}})
+	require.NoError(t, err, "post recv through key %#x", skey)
+	_, err = client.qp.PostSend([]verbs.SendWR{{WRID: 1, Opcode: verbs.WRSend, Flags: verbs.SendSignaled,
+		SG: []verbs.SGE{{Addr: 0, Length: uint32(n), LKey: ckey}}}})
+	require.NoError(t, err, "post send through key %#x", ckey)
 	return wait(t, client, 1)[0], wait(t, server, 1)[0]
 }
 
@@ -44,9 +43,7 @@ func TestMkeyLayouts(t *testing.T) {
 	for _, interleaved := range []bool{false, true} {
 		for _, s := range []*side{client, server} {
 			m, err := s.pd.CreateMkey(verbs.MkeyIndirect, 3)
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err, "create mkey")
 			cfg := &verbs.MkeyConfig{Mkey: m, Access: verbs.AccessLocalWrite, SetAccess: true,
 				List: []verbs.SGE{s.mr.SGE(0, 8), s.mr.SGE(64, 8)}}
 			if interleaved {
@@ -60,21 +57,15 @@ func TestMkeyLayouts(t *testing.T) {
 		copy(client.buf, bytes.Repeat([]byte{'c'}, 128))
 		copy(server.buf, bytes.Repeat([]byte{'s'}, 128))
 		cw, sw := sendThrough(t, client, server, client.mkey.LKey, server.mkey.LKey, 16)
-		if cw.Status != verbs.WCSuccess || sw.Status != verbs.WCSuccess || sw.ByteLen != 16 {
-			t.Fatalf("interleaved %v: %+v %+v", interleaved, cw, sw)
-		}
+		hcatest.Check(t, fmt.Sprintf("interleaved %v: send", interleaved), cw, hcatest.Want{WRID: 1, Op: verbs.WCSend, Len: hcatest.AnyLen})
+		hcatest.Check(t, fmt.Sprintf("interleaved %v: recv", interleaved), sw, hcatest.Want{WRID: 2, Op: verbs.WCRecv, Len: 16})
 		want := append(append(bytes.Repeat([]byte{'c'}, 8), bytes.Repeat([]byte{'s'}, 56)...), append(bytes.Repeat([]byte{'c'}, 8), bytes.Repeat([]byte{'s'}, 56)...)...)
-		if !bytes.Equal(server.buf[:128], want) {
-			t.Fatalf("interleaved %v: server memory %q", interleaved, server.buf[:128])
-		}
+		require.Equal(t, want, server.buf[:128], "interleaved %v: server memory", interleaved)
 		// Past the layout (16 bytes, or 3 cycles of 16): an error completion.
-		if _, err := client.qp.PostSend([]verbs.SendWR{{WRID: 3, Opcode: verbs.WRSend, Flags: verbs.SendSignaled,
-			SG: []verbs.SGE{{Addr: 0, Length: 100, LKey: client.mkey.LKey}}}}); err != nil {
-			t.Fatal(err)
-		}
-		if wc := wait(t, client, 1)[0]; wc.Status != verbs.WCLocProtErr {
-			t.Fatalf("a SEND past the layout: %+v", wc)
-		}
+		_, err := client.qp.PostSend([]verbs.SendWR{{WRID: 3, Opcode: verbs.WRSend, Flags: verbs.SendSignaled,
+			SG: []verbs.SGE{{Addr: 0, Length: 100, LKey: client.mkey.LKey}}}})
+		require.NoError(t, err, "post a SEND past the layout")
+		hcatest.CheckErr(t, "a SEND past the layout", wait(t, client, 1)[0], 3, verbs.WCLocProtErr, 0)
 		connectAgain(t, client, server)
 	}
 }
@@ -93,31 +84,24 @@ func TestMkeySignatures(t *testing.T) {
 	for _, sig := range []*verbs.SigBlock{wireT10, wireCRC} {
 		for _, s := range []*side{client, server} {
 			m, err := s.pd.CreateMkey(verbs.MkeyIndirect|verbs.MkeyBlockSignature, 3)
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err, "create signature mkey")
 			configure(t, s, &verbs.MkeyConfig{Mkey: m, Access: verbs.AccessLocalWrite, SetAccess: true, List: []verbs.SGE{s.mr.SGE(0, 512)}, Sig: sig})
 			s.mkey = m
 		}
 		copy(client.buf, bytes.Repeat([]byte{'c'}, 1024))
 		copy(server.buf, bytes.Repeat([]byte{'s'}, 1024))
 		cw, sw := sendThrough(t, client, server, client.mkey.LKey, server.mkey.LKey, 512)
-		if cw.Status != verbs.WCSuccess || sw.Status != verbs.WCSuccess {
-			t.Fatalf("%+v %+v", cw, sw)
-		}
-		if !bytes.Equal(server.buf[:1024], append(bytes.Repeat([]byte{'c'}, 512), bytes.Repeat([]byte{'s'}, 512)...)) {
-			t.Fatalf("server memory %q", server.buf[:600])
-		}
+		hcatest.Check(t, "send", cw, hcatest.Want{WRID: 1, Op: verbs.WCSend, Len: hcatest.AnyLen})
+		hcatest.Check(t, "recv", sw, hcatest.Want{WRID: 2, Op: verbs.WCRecv, Len: 512})
+		require.True(t, bytes.Equal(server.buf[:1024], append(bytes.Repeat([]byte{'c'}, 512), bytes.Repeat([]byte{'s'}, 512)...)),
+			"server memory %q", server.buf[:600])
 		for _, s := range []*side{client, server} {
-			if e, err := s.mkey.Check(); e != nil || err != nil {
-				t.Fatalf("check: %+v %v", e, err)
-			}
-			if _, err := s.qp.PostSend([]verbs.SendWR{{WRID: 4, Opcode: verbs.WRLocalInv, InvalidateRKey: s.mkey.LKey, Flags: verbs.SendSignaled}}); err != nil {
-				t.Fatal(err)
-			}
-			if wc := wait(t, s, 1)[0]; wc.Status != verbs.WCSuccess {
-				t.Fatalf("local invalidate: %+v", wc)
-			}
+			e, err := s.mkey.Check()
+			require.NoError(t, err, "check")
+			require.Nil(t, e, "check")
+			_, err = s.qp.PostSend([]verbs.SendWR{{WRID: 4, Opcode: verbs.WRLocalInv, InvalidateRKey: s.mkey.LKey, Flags: verbs.SendSignaled}})
+			require.NoError(t, err, "post local invalidate")
+			hcatest.Check(t, "local invalidate", wait(t, s, 1)[0], hcatest.Want{WRID: 4, Op: verbs.WCLocalInv, Len: hcatest.AnyLen})
 		}
 	}
 	// CRC32 in memory over 512 + 4 bytes whose CRC is garbage: the SEND
@@ -128,16 +112,16 @@ func TestMkeySignatures(t *testing.T) {
 	sm, _ := server.pd.CreateMkey(verbs.MkeyIndirect|verbs.MkeyBlockSignature, 3)
 	configure(t, server, &verbs.MkeyConfig{Mkey: sm, Access: verbs.AccessLocalWrite, SetAccess: true, List: []verbs.SGE{server.mr.SGE(0, 512)}})
 	cw, sw := sendThrough(t, client, server, cm.LKey, sm.LKey, 512)
-	if cw.Status != verbs.WCSuccess || sw.Status != verbs.WCSuccess {
-		t.Fatalf("%+v %+v", cw, sw)
-	}
+	hcatest.Check(t, "send", cw, hcatest.Want{WRID: 1, Op: verbs.WCSend, Len: hcatest.AnyLen})
+	hcatest.Check(t, "recv", sw, hcatest.Want{WRID: 2, Op: verbs.WCRecv, Len: 512})
 	client.cq.Poll(make([]verbs.WC, 4)) // the SIG_ERR CQE, if it came after
-	if e, err := cm.Check(); err != nil || e == nil || e.Type != verbs.MkeyBadGuard || e.Offset != 0 {
-		t.Fatalf("client check: %+v %v", e, err)
-	}
-	if e, _ := sm.Check(); e != nil {
-		t.Fatalf("server check: %+v", e)
-	}
+	e, err := cm.Check()
+	require.NoError(t, err, "client check")
+	require.NotNil(t, e, "client check")
+	require.Equal(t, verbs.MkeyBadGuard, e.Type, "client check: %+v", e)
+	require.Zero(t, e.Offset, "client check: %+v", e)
+	e, _ = sm.Check()
+	require.Nil(t, e, "server check")
 }
 
 func TestMkeyBadUse(t *testing.T) {
@@ -145,16 +129,12 @@ func TestMkeyBadUse(t *testing.T) {
 	defer dev.Close()
 	s, peer := intSide(t, dev), intSide(t, dev)
 	connect(t, s, peer)
-	if _, err := s.pd.CreateMkey(0, 4); !errors.Is(err, verbs.ErrInvalid) {
-		t.Errorf("no flags: %v", err)
-	}
+	_, err := s.pd.CreateMkey(0, 4)
+	assert.ErrorIs(t, err, verbs.ErrInvalid, "no flags")
 	m, err := s.pd.CreateMkey(verbs.MkeyIndirect, 2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := m.Check(); !errors.Is(err, verbs.ErrInvalid) {
-		t.Errorf("check of a key without signature: %v", err)
-	}
+	require.NoError(t, err, "create mkey")
+	_, err = m.Check()
+	assert.ErrorIs(t, err, verbs.ErrInvalid, "check of a key without signature")
 	sg := make([]verbs.SGE, 5)
 	for i := range sg {
 		sg[i] = s.mr.SGE(64*i, 8)
@@ -167,14 +147,11 @@ func TestMkeyBadUse(t *testing.T) {
 		{"layout past the entries", verbs.MkeyConfig{Mkey: m, List: sg}, verbs.ErrMkeyLayout},
 		{"signature without BLOCK_SIGNATURE", verbs.MkeyConfig{Mkey: m, Sig: &verbs.SigBlock{Wire: &verbs.SigBlockDomain{BlockSize: 512}}}, verbs.ErrInvalid},
 	} {
-		if _, err := s.qp.PostSend([]verbs.SendWR{{Opcode: verbs.WRMkeyConfigure, Mkey: &c.cfg}}); !errors.Is(err, c.want) {
-			t.Errorf("%s: %v, want %v", c.name, err, c.want)
-		}
+		_, err := s.qp.PostSend([]verbs.SendWR{{Opcode: verbs.WRMkeyConfigure, Mkey: &c.cfg}})
+		assert.ErrorIs(t, err, c.want, c.name)
 	}
 	sm, err := s.pd.CreateMkey(verbs.MkeyBlockSignature, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err, "create signature mkey")
 	for _, d := range []verbs.SigBlockDomain{
 		{Type: verbs.SigBlockT10DIF, BlockSize: 1000},
 		{Type: verbs.SigBlockT10DIF, BlockSize: 512, Bg: 5},
@@ -182,14 +159,9 @@ func TestMkeyBadUse(t *testing.T) {
 		{Type: verbs.SigBlockCRC, BlockSize: 512, Seed: 3},
 	} {
 		cfg := verbs.MkeyConfig{Mkey: sm, Sig: &verbs.SigBlock{Mem: &d}}
-		if _, err := s.qp.PostSend([]verbs.SendWR{{Opcode: verbs.WRMkeyConfigure, Mkey: &cfg}}); !errors.Is(err, verbs.ErrInvalid) {
-			t.Errorf("domain %+v: %v", d, err)
-		}
+		_, err := s.qp.PostSend([]verbs.SendWR{{Opcode: verbs.WRMkeyConfigure, Mkey: &cfg}})
+		assert.ErrorIs(t, err, verbs.ErrInvalid, "domain %+v", d)
 	}
-	if err := sm.Destroy(); err != nil {
-		t.Fatal(err)
-	}
-	if err := m.Destroy(); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, sm.Destroy(), "destroy signature mkey")
+	require.NoError(t, m.Destroy(), "destroy mkey")
 }
