@@ -5,7 +5,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/hcasim/hcasim/hca"
+	"github.com/hcasim/hcasim/hca/hcatest"
 	"github.com/hcasim/hcasim/hca/verbs"
 )
 
@@ -18,12 +21,8 @@ func TestDuplicateReadAfterCompletion(t *testing.T) {
 	dev := hca.New(hca.Options{Fabric: fab})
 	defer dev.Close()
 	a, b := newSide(t, dev), newSide(t, dev)
-	if err := a.qp.Connect(b.qp.Info(), &verbs.ConnectOptions{Timeout: 12}); err != nil { // 16.8 ms
-		t.Fatal(err)
-	}
-	if err := b.qp.Connect(a.qp.Info(), nil); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, a.qp.Connect(b.qp.Info(), &verbs.ConnectOptions{Timeout: 12}), "connect a to b") // 16.8 ms
+	require.NoError(t, b.qp.Connect(a.qp.Info(), nil), "connect b to a")
 	var held atomic.Bool
 	fab.SetWireHook(func(m *hca.WireMsg) {
 		if m.ReqQPN == a.qp.QPN() && !held.Swap(true) {
@@ -35,24 +34,17 @@ func TestDuplicateReadAfterCompletion(t *testing.T) {
 	for i := range b.buf[:n] {
 		b.buf[i] = byte(i)
 	}
-	if _, err := a.qp.PostSend([]verbs.SendWR{{WRID: 1, Opcode: verbs.WRRDMARead, Flags: verbs.SendSignaled,
-		SG: []verbs.SGE{a.mr.SGE(0, n)}, RemoteAddr: b.mr.Addr, RKey: b.mr.RKey}}); err != nil {
-		t.Fatal(err)
-	}
-	if wc := wait(t, a, 1)[0]; wc.Status != verbs.WCSuccess || wc.ByteLen != n {
-		t.Fatalf("read %+v", wc)
-	}
+	_, err := a.qp.PostSend([]verbs.SendWR{{WRID: 1, Opcode: verbs.WRRDMARead, Flags: verbs.SendSignaled,
+		SG: []verbs.SGE{a.mr.SGE(0, n)}, RemoteAddr: b.mr.Addr, RKey: b.mr.RKey}})
+	require.NoError(t, err, "post read")
+	hcatest.Check(t, "read", wait(t, a, 1)[0], hcatest.Want{WRID: 1, Op: verbs.WCRDMARead, Len: n})
 	for i := range a.buf[:n] {
-		if a.buf[i] != byte(i) {
-			t.Fatalf("byte %d = %#x after the READ", i, a.buf[i])
-		}
+		require.Equal(t, byte(i), a.buf[i], "byte %d after the READ", i)
 		a.buf[i] = 0xEE // the application reuses its buffer
 	}
 	time.Sleep(60 * time.Millisecond)
 	for i, c := range a.buf[:n] {
-		if c != 0xEE {
-			t.Fatalf("byte %d rewritten after the READ completed", i)
-		}
+		require.Equal(t, byte(0xEE), c, "byte %d rewritten after the READ completed", i)
 	}
 }
 
@@ -66,12 +58,8 @@ func TestRequestsRecycledUnderRetransmission(t *testing.T) {
 	dev := hca.New(hca.Options{Fabric: fab})
 	defer dev.Close()
 	a, b := newSide(t, dev), newSide(t, dev)
-	if err := a.qp.Connect(b.qp.Info(), &verbs.ConnectOptions{Timeout: 10}); err != nil { // 4.2 ms
-		t.Fatal(err)
-	}
-	if err := b.qp.Connect(a.qp.Info(), nil); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, a.qp.Connect(b.qp.Info(), &verbs.ConnectOptions{Timeout: 10}), "connect a to b") // 4.2 ms
+	require.NoError(t, b.qp.Connect(a.qp.Info(), nil), "connect b to a")
 	var n atomic.Int64
 	fab.SetWireHook(func(m *hca.WireMsg) {
 		if n.Add(1)%37 == 0 {
@@ -98,28 +86,19 @@ func TestRequestsRecycledUnderRetransmission(t *testing.T) {
 		}
 		for len(wrs) > 0 {
 			k := min(len(wrs), 32)
-			if _, err := a.qp.PostSend(wrs[:k]); err != nil {
-				t.Fatal(err)
-			}
+			_, err := a.qp.PostSend(wrs[:k])
+			require.NoError(t, err, "round %d: post %d WRs", round, k)
 			for _, wc := range wait(t, a, k) {
-				if wc.Status != verbs.WCSuccess {
-					t.Fatalf("round %d: WR %d: %v", round, wc.WRID, wc.Status)
-				}
+				require.Equal(t, verbs.WCSuccess, wc.Status, "round %d: WR %d", round, wc.WRID)
 			}
 			wrs = wrs[k:]
 		}
 		for i := range chunks * chunk {
-			if b.buf[i] != byte(i+round) {
-				t.Fatalf("round %d: WRITE byte %d = %#x, want %#x", round, i, b.buf[i], byte(i+round))
-			}
-			if a.buf[16<<10+i] != byte(i*7+3) {
-				t.Fatalf("round %d: READ byte %d = %#x, want %#x", round, i, a.buf[16<<10+i], byte(i*7+3))
-			}
+			require.Equal(t, byte(i+round), b.buf[i], "round %d: WRITE byte %d", round, i)
+			require.Equal(t, byte(i*7+3), a.buf[16<<10+i], "round %d: READ byte %d", round, i)
 		}
 	}
-	if n.Load() < 37 {
-		t.Fatalf("only %d wire messages: no retransmission was provoked", n.Load())
-	}
+	require.GreaterOrEqual(t, n.Load(), int64(37), "only %d wire messages: no retransmission was provoked", n.Load())
 }
 
 // A long message whose move outlasts the ACK timeout many times over is
@@ -131,12 +110,8 @@ func TestLongMessageNotTimedOutInService(t *testing.T) {
 	defer dev.Close()
 	a, b := newSide(t, dev), newSide(t, dev)
 	// 4.1 µs × 2^8 = 1 ms, one retry: 2 ms without an answer fails.
-	if err := a.qp.Connect(b.qp.Info(), &verbs.ConnectOptions{Timeout: 8, RetryCnt: 1}); err != nil {
-		t.Fatal(err)
-	}
-	if err := b.qp.Connect(a.qp.Info(), nil); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, a.qp.Connect(b.qp.Info(), &verbs.ConnectOptions{Timeout: 8, RetryCnt: 1}), "connect a to b")
+	require.NoError(t, b.qp.Connect(a.qp.Info(), nil), "connect b to a")
 	var slow atomic.Bool
 	fab.SetWireHook(func(m *hca.WireMsg) {
 		if slow.Load() {
@@ -145,18 +120,13 @@ func TestLongMessageNotTimedOutInService(t *testing.T) {
 	})
 	defer fab.SetWireHook(nil)
 	slow.Store(true)
-	if _, err := a.qp.PostSend([]verbs.SendWR{{WRID: 1, Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled,
-		SG: []verbs.SGE{a.mr.SGE(0, 64<<10)}, RemoteAddr: b.mr.Addr, RKey: b.mr.RKey}}); err != nil {
-		t.Fatal(err)
-	}
-	if wc := wait(t, a, 1)[0]; wc.Status != verbs.WCSuccess {
-		t.Fatalf("a 64 KiB WRITE moved in 20 ms with a 1 ms ACK timeout: %v", wc.Status)
-	}
-	if _, err := a.qp.PostSend([]verbs.SendWR{{WRID: 2, Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled,
-		SG: []verbs.SGE{a.mr.SGE(0, 4096)}, RemoteAddr: b.mr.Addr, RKey: b.mr.RKey}}); err != nil {
-		t.Fatal(err)
-	}
-	if wc := wait(t, a, 1)[0]; wc.Status != verbs.WCRetryExcErr {
-		t.Fatalf("a 4 KiB WRITE held 20 ms per try with a 1 ms ACK timeout: %v, want RETRY_EXC", wc.Status)
-	}
+	_, err := a.qp.PostSend([]verbs.SendWR{{WRID: 1, Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled,
+		SG: []verbs.SGE{a.mr.SGE(0, 64<<10)}, RemoteAddr: b.mr.Addr, RKey: b.mr.RKey}})
+	require.NoError(t, err, "post a 64 KiB WRITE")
+	wc := wait(t, a, 1)[0]
+	require.Equal(t, verbs.WCSuccess, wc.Status, "a 64 KiB WRITE moved in 20 ms with a 1 ms ACK timeout: %s", hcatest.FormatWC(wc))
+	_, err = a.qp.PostSend([]verbs.SendWR{{WRID: 2, Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled,
+		SG: []verbs.SGE{a.mr.SGE(0, 4096)}, RemoteAddr: b.mr.Addr, RKey: b.mr.RKey}})
+	require.NoError(t, err, "post a 4 KiB WRITE")
+	hcatest.CheckErr(t, "a 4 KiB WRITE held 20 ms per try with a 1 ms ACK timeout, want RETRY_EXC", wait(t, a, 1)[0], 2, verbs.WCRetryExcErr, 0)
 }
