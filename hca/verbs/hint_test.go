@@ -1,12 +1,16 @@
 package verbs_test
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/hcasim/hcasim/hca"
+	"github.com/hcasim/hcasim/hca/hcatest"
 	"github.com/hcasim/hcasim/hca/verbs"
 )
 
@@ -25,31 +29,22 @@ func (r *ringCounter) RingSQ(qpn uint32) {
 func hintPair(t *testing.T, dev *hca.Device) (*side, *side, *ringCounter) {
 	t.Helper()
 	fn, err := dev.Open()
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err, "open function")
 	rc := &ringCounter{Function: fn}
 	ctx, err := verbs.New(rc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err, "new context on the counting function")
 	t.Cleanup(func() { ctx.Close() })
 	a := &side{ctx: ctx}
-	if a.pd, err = ctx.AllocPD(); err != nil {
-		t.Fatal(err)
-	}
-	if a.cq, err = ctx.CreateCQ(64, nil); err != nil {
-		t.Fatal(err)
-	}
-	if a.qp, err = a.pd.CreateQP(&verbs.QPInitAttr{SendCQ: a.cq, RecvCQ: a.cq, Cap: verbs.QPCap{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1}}); err != nil {
-		t.Fatal(err)
-	}
-	if a.buf, err = ctx.Alloc(4096); err != nil {
-		t.Fatal(err)
-	}
-	if a.mr, err = a.pd.RegMR(a.buf, verbs.AccessLocalWrite); err != nil {
-		t.Fatal(err)
-	}
+	a.pd, err = ctx.AllocPD()
+	require.NoError(t, err, "alloc PD")
+	a.cq, err = ctx.CreateCQ(64, nil)
+	require.NoError(t, err, "create CQ")
+	a.qp, err = a.pd.CreateQP(&verbs.QPInitAttr{SendCQ: a.cq, RecvCQ: a.cq, Cap: verbs.QPCap{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1}})
+	require.NoError(t, err, "create QP")
+	a.buf, err = ctx.Alloc(4096)
+	require.NoError(t, err, "alloc buffer")
+	a.mr, err = a.pd.RegMR(a.buf, verbs.AccessLocalWrite)
+	require.NoError(t, err, "register MR")
 	b := newSide(t, dev)
 	connect(t, a, b)
 	return a, b, rc
@@ -58,16 +53,11 @@ func hintPair(t *testing.T, dev *hca.Device) (*side, *side, *ringCounter) {
 func writeOnce(t *testing.T, a, b *side, i int) {
 	t.Helper()
 	a.buf[0] = byte(i)
-	if _, err := a.qp.PostSend([]verbs.SendWR{{WRID: uint64(i), Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled,
-		SG: []verbs.SGE{a.mr.SGE(0, 64)}, RemoteAddr: b.mr.Addr, RKey: b.mr.RKey}}); err != nil {
-		t.Fatal(err)
-	}
-	if wc := wait(t, a, 1)[0]; wc.Status != verbs.WCSuccess || wc.WRID != uint64(i) {
-		t.Fatalf("write %d: %+v", i, wc)
-	}
-	if b.buf[0] != byte(i) {
-		t.Fatalf("write %d: the responder's memory has %d", i, b.buf[0])
-	}
+	_, err := a.qp.PostSend([]verbs.SendWR{{WRID: uint64(i), Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled,
+		SG: []verbs.SGE{a.mr.SGE(0, 64)}, RemoteAddr: b.mr.Addr, RKey: b.mr.RKey}})
+	require.NoError(t, err, "post write %d", i)
+	hcatest.Check(t, fmt.Sprintf("write %d", i), wait(t, a, 1)[0], hcatest.Want{WRID: uint64(i), Op: verbs.WCRDMAWrite, Len: 64})
+	require.Equal(t, byte(i), b.buf[0], "write %d: the responder's memory", i)
 }
 
 // TestDoorbellHintPolling: while the send engine polls (Options.Poll) it
@@ -81,9 +71,8 @@ func TestDoorbellHintPolling(t *testing.T) {
 	for i := range 200 {
 		writeOnce(t, a, b, i)
 	}
-	if n := rc.rings.Load(); n > 1 {
-		t.Fatalf("%d send doorbells for 200 posts to a polling engine, want at most 1", n)
-	}
+	n := rc.rings.Load()
+	require.LessOrEqual(t, n, int64(1), "%d send doorbells for 200 posts to a polling engine, want at most 1", n)
 }
 
 // TestDoorbellHintNoLostWakeup: posts timed at random against an engine
@@ -101,9 +90,8 @@ func TestDoorbellHintNoLostWakeup(t *testing.T) {
 			}
 			writeOnce(t, a, b, i)
 		}
-		if r := rc.rings.Load(); r < 1 || r > n {
-			t.Fatalf("poll %v: %d doorbells for %d posts", poll, r, n)
-		}
+		r := rc.rings.Load()
+		require.True(t, r >= 1 && r <= n, "poll %v: %d doorbells for %d posts", poll, r, n)
 		t.Logf("poll %v: %d doorbells for %d posts", poll, rc.rings.Load(), n)
 		dev.Close()
 	}

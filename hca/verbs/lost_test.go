@@ -63,7 +63,7 @@ func TestDeviceLost(t *testing.T) {
 	select {
 	case <-ctx.Lost():
 	case <-time.After(5 * time.Second):
-		t.Fatal("the context did not notice its daemon stopping")
+		require.Fail(t, "the context did not notice its daemon stopping")
 	}
 	t.Logf("lost: %v", ctx.Err())
 	require.ErrorIs(t, ctx.Err(), verbs.ErrDeviceLost)
@@ -100,7 +100,7 @@ func TestInProcessNotLost(t *testing.T) {
 	require.NoError(t, ctx.Err())
 	select {
 	case <-ctx.Lost():
-		t.Fatal("an in-process context is lost")
+		require.Fail(t, "an in-process context is lost")
 	default:
 	}
 }

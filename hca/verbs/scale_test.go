@@ -5,6 +5,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"github.com/hcasim/hcasim/hca"
 	"github.com/hcasim/hcasim/hca/verbs"
 )
@@ -27,15 +30,11 @@ func TestQPFootprint(t *testing.T) {
 	dev := hca.New(hca.Options{})
 	defer dev.Close()
 	ctx, err := verbs.Open(dev)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err, "open")
 	defer ctx.Close()
 	pd, _ := ctx.AllocPD()
 	cq, err := ctx.CreateCQ(16, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err, "create CQ")
 	attr := &verbs.QPInitAttr{SendCQ: cq, RecvCQ: cq, Cap: verbs.QPCap{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1}}
 	// Rings of this QP: 2^6 WQEBBs (16 WRs × 3 WQEBBs, rounded up) + 16
 	// receive WQEs of 16 bytes + a doorbell record, each allocation padded.
@@ -44,22 +43,16 @@ func TestQPFootprint(t *testing.T) {
 	qps := make([]*verbs.QP, 0, n)
 	for range n {
 		qp, err := pd.CreateQP(attr)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err, "create QP %d", len(qps))
 		qps = append(qps, qp)
 	}
 	h1 := heapInUse()
 	rings := uint64(64*64+64+4096) + uint64(16*16+64+4096) + uint64(8+64+64)
 	per := (h1 - h0) / n
 	t.Logf("per idle QP: %d bytes in use, %d of them rings and their padding", per, rings)
-	if per > rings+64<<10 {
-		t.Errorf("an idle QP costs %d bytes, more than 64 KiB beyond its %d bytes of rings", per, rings)
-	}
+	assert.LessOrEqual(t, per, rings+64<<10, "an idle QP costs %d bytes, more than 64 KiB beyond its %d bytes of rings", per, rings)
 	for _, qp := range qps {
-		if err := qp.Destroy(); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, qp.Destroy(), "destroy QP %#x", qp.QPN())
 	}
 	clear(qps)
 	qps = qps[:0]
@@ -69,15 +62,11 @@ func TestQPFootprint(t *testing.T) {
 	for range 10 {
 		for range n {
 			qp, err := pd.CreateQP(attr)
-			if err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, err, "create QP %d", len(qps))
 			qps = append(qps, qp)
 		}
 		for _, qp := range qps {
-			if err := qp.Destroy(); err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, qp.Destroy(), "destroy QP %#x", qp.QPN())
 		}
 		clear(qps)
 		qps = qps[:0]
@@ -88,10 +77,6 @@ func TestQPFootprint(t *testing.T) {
 	}
 	g2, h2 := runtime.NumGoroutine(), heapInUse()
 	t.Logf("goroutines %d -> %d, heap %d -> %d", g0, g2, h0, h2)
-	if g2 > g0 {
-		t.Errorf("%d goroutines left behind", g2-g0)
-	}
-	if h2 > h0+1<<20 {
-		t.Errorf("heap grew by %d bytes after 10,000 QPs came and went", h2-h0)
-	}
+	assert.LessOrEqual(t, g2, g0, "%d goroutines left behind", g2-g0)
+	assert.LessOrEqual(t, h2, h0+1<<20, "heap grew by %d bytes after 10,000 QPs came and went", h2-h0)
 }

@@ -3,7 +3,11 @@ package verbs_test
 import (
 	"testing"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/hcasim/hcasim/hca"
+	"github.com/hcasim/hcasim/hca/hcatest"
+	"github.com/hcasim/hcasim/hca/verbs"
 	"github.com/hcasim/hcasim/klm"
 	"github.com/hcasim/hcasim/sq"
 	"github.com/hcasim/hcasim/umr"
@@ -18,32 +22,19 @@ func TestUMRMovesPD(t *testing.T) {
 	a, b := newSide(t, dev), newSide(t, dev)
 	connect(t, a, b)
 	pd2, err := a.ctx.AllocPD()
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err, "alloc the second PD")
 	mr, err := a.pd.AllocMR(1 /* MRTypeMemReg */, 8)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err, "alloc MR")
 	w := make([]byte, 2*sq.WQEBBSize)
 	n := sq.CtrlSegSize + umr.CtrlSegSize + umr.MkeySegSize
 	sq.CtrlSeg(w).Encode(&sq.CtrlFields{WQEIndex: a.qp.CurPost(), Opcode: sq.OpUMR, QPN: a.qp.QPN(), DS: uint8(n / sq.SegSize),
 		CE: sq.CECQUpdate, Imm: mr.LKey})
 	umr.CtrlSeg(w[sq.CtrlSegSize:]).Encode(&umr.CtrlFields{Mask: umr.MaskPD})
 	umr.MkeySeg(w[sq.CtrlSegSize+umr.CtrlSegSize:]).Encode(&umr.MkeyFields{PD: pd2.Handle(), Free: true, UMREnabled: true, Mode: klm.ModeMTT})
-	if err := a.qp.PostRawWQE(w[:n], 7); err != nil {
-		t.Fatal(err)
-	}
-	if wc := wait(t, a, 1)[0]; wc.Status != 0 {
-		t.Fatalf("UMR: %v", wc.Status)
-	}
-	if err := pd2.Dealloc(); err == nil {
-		t.Fatal("the PD the key moved to was deallocated while the key is in it")
-	}
-	if err := mr.Dereg(); err != nil {
-		t.Fatal(err)
-	}
-	if err := pd2.Dealloc(); err != nil {
-		t.Fatalf("dealloc the PD once the key is gone: %v", err)
-	}
+	require.NoError(t, a.qp.PostRawWQE(w[:n], 7), "post the UMR WQE")
+	wc := wait(t, a, 1)[0]
+	require.Equal(t, verbs.WCSuccess, wc.Status, "UMR: %s", hcatest.FormatWC(wc))
+	require.Error(t, pd2.Dealloc(), "the PD the key moved to was deallocated while the key is in it")
+	require.NoError(t, mr.Dereg(), "dereg the key")
+	require.NoError(t, pd2.Dealloc(), "dealloc the PD once the key is gone")
 }
