@@ -1,6 +1,6 @@
 // Package hca is the modelled device: an mlx5-style (ConnectX-class) RDMA
 // HCA. A [Device] serves functions (driver instances: in process, or socket
-// clients later); each [Function] sees only what a driver of real hardware
+// clients later); each [ifc.Function] sees only what a driver of real hardware
 // sees: a command mailbox with mlx5 opcodes and statuses, DMA-mapped host
 // memory, send-queue doorbells and CQ arm doorbells, and events. Work
 // queues and completion queues live in that host memory as real mlx5 WQEs
@@ -13,6 +13,7 @@ package hca
 
 import (
 	"errors"
+	"github.com/hcasim/hcasim/hca/ifc"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -26,37 +27,8 @@ var (
 	ErrClosed = errors.New("hca: device or function closed")
 )
 
-// Caps are the device capabilities QUERY_HCA_CAP reports.
-type Caps struct {
-	Mkey klm.Caps
-	// Object limits per function.
-	MaxPD, MaxCQ, MaxQP, MaxPSV uint32
-	// Queue sizes, log 2: CQEs per CQ, WQEBBs per send queue, WQEs per
-	// receive queue.
-	LogMaxCQSize, LogMaxSQSize, LogMaxRQSize uint8
-	// MaxSGE is the scatter/gather entries a receive WQE may hold, and a
-	// send WQE within its 16 WQEBBs.
-	MaxSGE uint16
-	// MaxInline is the largest inline send.
-	MaxInline uint32
-	// MaxRDAtomic bounds outstanding RDMA READ and atomic operations per QP.
-	MaxRDAtomic uint8
-	// UMRFence is what mlx5 reads as umr_fence: 0 strong ordering, 1 small
-	// initiator fence, 2 none.
-	UMRFence uint8
-	// SignatureHandover is the sho bit: integrity offload.
-	SignatureHandover bool
-	// MaxMappedBytes caps a function's DMA-mapped memory (0: no cap).
-	MaxMappedBytes uint64
-	// FuncMemBytes and DevMemBytes bound the device memory the objects of
-	// one function, and of all functions, may hold (mkey translations, QP
-	// engines, CQs, PSVs; budget.go); 0: no bound. A create past either
-	// is refused with EXCEED_LIM.
-	FuncMemBytes, DevMemBytes uint64
-}
-
 // ConnectX5Caps is the default, ConnectX-5-like capability preset.
-var ConnectX5Caps = Caps{
+var ConnectX5Caps = ifc.Caps{
 	Mkey:              klm.ConnectX5,
 	MaxPD:             1 << 16,
 	MaxCQ:             1 << 16,
@@ -77,7 +49,7 @@ var ConnectX5Caps = Caps{
 // Options configure a Device.
 type Options struct {
 	// Caps are the capabilities; the zero value means ConnectX5Caps.
-	Caps *Caps
+	Caps *ifc.Caps
 	// Fabric connects devices; nil gives the device a fabric of its own.
 	Fabric *Fabric
 	// LID is the device's address on its fabric; 0 (or one in use) takes
@@ -108,7 +80,7 @@ type Options struct {
 
 // Device is one modelled HCA. It is safe for concurrent use.
 type Device struct {
-	caps   Caps
+	caps   ifc.Caps
 	log    *slog.Logger
 	fabric *Fabric
 	lid    uint16
@@ -159,7 +131,7 @@ func New(opts Options) *Device {
 }
 
 // Caps returns the device's capabilities.
-func (d *Device) Caps() Caps { return d.caps }
+func (d *Device) Caps() ifc.Caps { return d.caps }
 
 // LID returns the device's address on its fabric.
 func (d *Device) LID() uint16 { return d.lid }
@@ -170,6 +142,16 @@ func (d *Device) duration(t time.Duration) time.Duration {
 }
 
 // Open opens a new function: a driver instance with its own DMA address
+// OpenFunction is Open for drivers that see only the function boundary
+// (ifc.Opener).
+func (d *Device) OpenFunction() (ifc.Function, error) {
+	f, err := d.Open()
+	if err != nil {
+		return nil, err // not a nil *Func in a non-nil interface
+	}
+	return f, nil
+}
+
 // space and objects.
 func (d *Device) Open() (*Func, error) {
 	d.mu.Lock()

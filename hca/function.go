@@ -2,77 +2,14 @@ package hca
 
 import (
 	"fmt"
+	"github.com/hcasim/hcasim/hca/ifc"
 	"sync"
 
 	"github.com/hcasim/hcasim/cq"
 	"github.com/hcasim/hcasim/klm"
 )
 
-// EventType is the type of an event queue entry (mlx5 EQE types).
-type EventType uint8
-
-// Event types.
-const (
-	EventCompletion EventType = 0x00 // a CQ armed for it got a completion
-	EventPathMig    EventType = 0x01
-	EventQPFatal    EventType = 0x05 // local work queue catastrophic error
-	EventSQDrained  EventType = 0x03 // a QP in SQD has no outstanding send WQEs
-	EventCQError    EventType = 0x04 // CQ overflow
-)
-
-func (t EventType) String() string {
-	switch t {
-	case EventCompletion:
-		return "COMPLETION"
-	case EventQPFatal:
-		return "QP_FATAL"
-	case EventSQDrained:
-		return "SQ_DRAINED"
-	case EventCQError:
-		return "CQ_ERROR"
-	}
-	return fmt.Sprintf("EventType(%#x)", uint8(t))
-}
-
-// Event is one event queue entry: what happened, and to which object (a
-// CQN for completion and CQ events, a QPN for QP events).
-type Event struct {
-	Type EventType
-	Obj  uint32
-}
-
-// Function is the driver|device boundary: everything a driver may do to
-// the device. *Func implements it in process; the socket transport
-// implements it for other processes.
-type Function interface {
-	// Command executes one command mailbox and returns the output mailbox.
-	Command(in []byte) []byte
-	// AllocDMA returns n bytes of host memory, zeroed, that the device
-	// reaches at the returned IOVA (aligned to align, a power of two).
-	AllocDMA(n int, align int) (buf []byte, iova uint64, err error)
-	// FreeDMA unmaps and releases memory AllocDMA returned.
-	FreeDMA(iova uint64) error
-	// RingSQ rings the send doorbell of a QP: the device reads the send
-	// counter from the QP's doorbell record.
-	RingSQ(qpn uint32)
-	// RingRQ tells the device that receive WQEs were posted. mlx5 has no
-	// receive doorbell (the device reads the doorbell record when a message
-	// arrives); the model needs one to flush receives posted to a QP in
-	// error. Drivers ring it after posting receives.
-	RingRQ(qpn uint32)
-	// ArmCQ rings a CQ's arm doorbell with the arm word (cq.ArmWord) the
-	// driver also wrote to the CQ's doorbell record.
-	ArmCQ(cqn uint32, word uint32)
-	// Events returns the channel that signals pending events; Drain takes
-	// them. The channel is signalled at least once after each new event.
-	Events() <-chan struct{}
-	// DrainEvents appends the pending events to evs and returns it.
-	DrainEvents(evs []Event) []Event
-	// Close releases the function: its QPs stop, its memory is unmapped.
-	Close() error
-}
-
-var _ Function = (*Func)(nil)
+var _ ifc.Function = (*Func)(nil)
 
 // Func is a function of an in-process device. It is safe for concurrent use.
 type Func struct {
@@ -96,7 +33,7 @@ type Func struct {
 	mkeyCost map[uint32]uint64 // what each mkey was charged
 
 	evMu   sync.Mutex
-	events []Event
+	events []ifc.Event
 	evSig  chan struct{}
 
 	sigCache sync.Map // mkey index → *sigCacheEntry
@@ -145,7 +82,7 @@ func (f *Func) MapBuffer(iova uint64, buf []byte) error { return f.mem.Map(iova,
 // UnmapBuffer undoes MapBuffer.
 func (f *Func) UnmapBuffer(iova uint64) error { return f.mem.Unmap(iova) }
 
-// AllocDMA implements Function.AllocDMA.
+// AllocDMA implements ifc.Function.AllocDMA.
 func (f *Func) AllocDMA(n int, align int) ([]byte, uint64, error) {
 	if n <= 0 || align <= 0 || align&(align-1) != 0 {
 		return nil, 0, fmt.Errorf("alloc dma %d bytes aligned %d: %w", n, align, klm.ErrEmptyMap)
@@ -197,7 +134,7 @@ func (f *Func) mapDMA(buf []byte, align int) (uint64, error) {
 	return iova, nil
 }
 
-// FreeDMA implements Function.FreeDMA.
+// FreeDMA implements ifc.Function.FreeDMA.
 func (f *Func) FreeDMA(iova uint64) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -233,7 +170,7 @@ func (f *Func) allQPs() []*QP {
 	return qps
 }
 
-// RingSQ implements Function.RingSQ.
+// RingSQ implements ifc.Function.RingSQ.
 func (f *Func) RingSQ(qpn uint32) {
 	qp := f.lookupQP(qpn)
 	if qp != nil {
@@ -241,7 +178,7 @@ func (f *Func) RingSQ(qpn uint32) {
 	}
 }
 
-// RingRQ implements Function.RingRQ.
+// RingRQ implements ifc.Function.RingRQ.
 func (f *Func) RingRQ(qpn uint32) {
 	qp := f.lookupQP(qpn)
 	if qp != nil {
@@ -249,7 +186,7 @@ func (f *Func) RingRQ(qpn uint32) {
 	}
 }
 
-// ArmCQ implements Function.ArmCQ.
+// ArmCQ implements ifc.Function.ArmCQ.
 func (f *Func) ArmCQ(cqn uint32, word uint32) {
 	c := f.lookupCQ(cqn)
 	if c != nil {
@@ -257,11 +194,11 @@ func (f *Func) ArmCQ(cqn uint32, word uint32) {
 	}
 }
 
-// Events implements Function.Events.
+// Events implements ifc.Function.Events.
 func (f *Func) Events() <-chan struct{} { return f.evSig }
 
-// DrainEvents implements Function.DrainEvents.
-func (f *Func) DrainEvents(evs []Event) []Event {
+// DrainEvents implements ifc.Function.DrainEvents.
+func (f *Func) DrainEvents(evs []ifc.Event) []ifc.Event {
 	f.evMu.Lock()
 	defer f.evMu.Unlock()
 	evs = append(evs, f.events...)
@@ -270,9 +207,9 @@ func (f *Func) DrainEvents(evs []Event) []Event {
 }
 
 // event queues an event for the driver; it never blocks.
-func (f *Func) event(t EventType, obj uint32) {
+func (f *Func) event(t ifc.EventType, obj uint32) {
 	f.evMu.Lock()
-	f.events = append(f.events, Event{t, obj})
+	f.events = append(f.events, ifc.Event{Type: t, Obj: obj})
 	f.evMu.Unlock()
 	select {
 	case f.evSig <- struct{}{}:
@@ -289,7 +226,7 @@ func (f *Func) Quiesce() {
 	}
 }
 
-// Close implements Function.Close: every QP moves to error and stops, the
+// Close implements ifc.Function.Close: every QP moves to error and stops, the
 // function's objects and memory are released. Idempotent.
 func (f *Func) Close() error {
 	f.mu.Lock()
@@ -337,7 +274,7 @@ func (f *Func) cqError(c *CQ) {
 	c.errd = true
 	f.mu.Unlock()
 	if first {
-		f.event(EventCQError, c.cqn)
+		f.event(ifc.EventCQError, c.cqn)
 	}
 }
 

@@ -2,6 +2,7 @@ package hca_test
 
 import (
 	"encoding/binary"
+	"github.com/hcasim/hcasim/hca/ifc"
 	"testing"
 	"time"
 
@@ -15,9 +16,9 @@ import (
 // FuzzCommand: any mailbox gets an output with a status, never a panic; a
 // successful create can be undone.
 func FuzzCommand(f *testing.F) {
-	for _, op := range []uint16{hca.CmdQueryHCACap, hca.CmdAllocPD, hca.CmdCreateMkey, hca.CmdCreateCQ, hca.CmdCreateQP,
-		hca.CmdRST2INIT, hca.CmdCreatePSV, hca.CmdDestroyQP, 0xFFFF} {
-		f.Add([]byte(hca.NewIn(op, 64)))
+	for _, op := range []uint16{ifc.CmdQueryHCACap, ifc.CmdAllocPD, ifc.CmdCreateMkey, ifc.CmdCreateCQ, ifc.CmdCreateQP,
+		ifc.CmdRST2INIT, ifc.CmdCreatePSV, ifc.CmdDestroyQP, 0xFFFF} {
+		f.Add([]byte(ifc.NewIn(op, 64)))
 	}
 	f.Fuzz(func(t *testing.T, in []byte) {
 		dev := hca.New(hca.Options{})
@@ -25,13 +26,13 @@ func FuzzCommand(f *testing.F) {
 		fn, err := dev.Open()
 		require.NoError(t, err)
 		// Some objects for the command to refer to.
-		fn.Command(hca.NewIn(hca.CmdAllocPD, 8))
+		fn.Command(ifc.NewIn(ifc.CmdAllocPD, 8))
 		buf, iova, _ := fn.AllocDMA(1<<16, 4096)
 		_ = buf
-		fn.Command(hca.NewIn(hca.CmdCreateCQ, hca.CQInSize).Put8(hca.CQInLogSize, 4).Put64(hca.CQInRing, iova).Put64(hca.CQInDBRec, iova+4096))
-		out := hca.Out(fn.Command(in))
-		require.GreaterOrEqual(t, len(out), hca.OutHeaderSize, "output too short")
-		require.NotEqual(t, hca.StatusIntErr, out.Status(), "internal error: %s", out[8:])
+		fn.Command(ifc.NewIn(ifc.CmdCreateCQ, ifc.CQInSize).Put8(ifc.CQInLogSize, 4).Put64(ifc.CQInRing, iova).Put64(ifc.CQInDBRec, iova+4096))
+		out := ifc.Out(fn.Command(in))
+		require.GreaterOrEqual(t, len(out), ifc.OutHeaderSize, "output too short")
+		require.NotEqual(t, ifc.StatusIntErr, out.Status(), "internal error: %s", out[8:])
 		require.NoError(t, fn.Close())
 	})
 }

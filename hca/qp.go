@@ -1,7 +1,7 @@
 package hca
 
 import (
-	"fmt"
+	"github.com/hcasim/hcasim/hca/ifc"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -12,54 +12,20 @@ import (
 	"github.com/hcasim/hcasim/sq"
 )
 
-// QPState is a QP state (mlx5 MLX5_QP_STATE_* values).
-type QPState uint8
-
-// QP states.
-const (
-	StateRST  QPState = 0
-	StateINIT QPState = 1
-	StateRTR  QPState = 2
-	StateRTS  QPState = 3
-	StateSQE  QPState = 4
-	StateSQD  QPState = 5
-	StateERR  QPState = 6
-)
-
-func (s QPState) String() string {
-	switch s {
-	case StateRST:
-		return "RST"
-	case StateINIT:
-		return "INIT"
-	case StateRTR:
-		return "RTR"
-	case StateRTS:
-		return "RTS"
-	case StateSQE:
-		return "SQE"
-	case StateSQD:
-		return "SQD"
-	case StateERR:
-		return "ERR"
-	}
-	return fmt.Sprintf("QPState(%d)", uint8(s))
-}
-
 // transitions lists, per modify opcode, the states it starts from and the
 // state it goes to (any state may go to ERR and RST).
 var transitions = map[uint16]struct {
-	from []QPState
-	to   QPState
+	from []ifc.QPState
+	to   ifc.QPState
 }{
-	CmdRST2INIT:  {[]QPState{StateRST}, StateINIT},
-	CmdINIT2INIT: {[]QPState{StateINIT}, StateINIT},
-	CmdINIT2RTR:  {[]QPState{StateINIT}, StateRTR},
-	CmdRTR2RTS:   {[]QPState{StateRTR}, StateRTS},
-	CmdRTS2RTS:   {[]QPState{StateRTS}, StateRTS},
-	CmdRTS2SQD:   {[]QPState{StateRTS}, StateSQD},
-	CmdSQD2RTS:   {[]QPState{StateSQD}, StateRTS},
-	CmdSQERR2RTS: {[]QPState{StateSQE}, StateRTS},
+	ifc.CmdRST2INIT:  {[]ifc.QPState{ifc.StateRST}, ifc.StateINIT},
+	ifc.CmdINIT2INIT: {[]ifc.QPState{ifc.StateINIT}, ifc.StateINIT},
+	ifc.CmdINIT2RTR:  {[]ifc.QPState{ifc.StateINIT}, ifc.StateRTR},
+	ifc.CmdRTR2RTS:   {[]ifc.QPState{ifc.StateRTR}, ifc.StateRTS},
+	ifc.CmdRTS2RTS:   {[]ifc.QPState{ifc.StateRTS}, ifc.StateRTS},
+	ifc.CmdRTS2SQD:   {[]ifc.QPState{ifc.StateRTS}, ifc.StateSQD},
+	ifc.CmdSQD2RTS:   {[]ifc.QPState{ifc.StateSQD}, ifc.StateRTS},
+	ifc.CmdSQERR2RTS: {[]ifc.QPState{ifc.StateSQE}, ifc.StateRTS},
 }
 
 // window bounds the requests a QP has in flight; the responder's inbox and
@@ -102,7 +68,7 @@ type QP struct {
 
 	mu        sync.Mutex
 	snap      atomic.Pointer[qpSnap] // state, attr and resetGen as last published (publish)
-	state     QPState
+	state     ifc.QPState
 	attr      qpAttr
 	drained   bool   // SQ_DRAINED reported for the current SQD
 	fatalSent bool   // QP_FATAL reported
@@ -139,7 +105,7 @@ type QP struct {
 
 // qpSnap is a QP's state as the engines read it without a lock.
 type qpSnap struct {
-	state QPState
+	state ifc.QPState
 	attr  qpAttr
 	gen   uint64
 }
@@ -175,54 +141,54 @@ func (a *qpAttr) mtu() int {
 	return 128 << a.mtuCode
 }
 
-func (f *Func) createQP(in In) Out {
+func (f *Func) createQP(in ifc.In) ifc.Out {
 	c := &f.dev.caps
-	logSQ, logRQ, logStride := in.U8(QPInLogSQ), in.U8(QPInLogRQ), in.U8(QPInLogStride)
+	logSQ, logRQ, logStride := in.U8(ifc.QPInLogSQ), in.U8(ifc.QPInLogRQ), in.U8(ifc.QPInLogStride)
 	if logSQ > c.LogMaxSQSize || logRQ > c.LogMaxRQSize || logStride < 4 || logStride > 10 {
-		return failOut(StatusBadParam, 0, "log sizes SQ %d RQ %d stride %d", logSQ, logRQ, logStride)
+		return failOut(ifc.StatusBadParam, 0, "log sizes SQ %d RQ %d stride %d", logSQ, logRQ, logStride)
 	}
-	sqBuf, err := f.contiguous(in.U64(QPInSQ), sq.WQEBBSize<<logSQ)
+	sqBuf, err := f.contiguous(in.U64(ifc.QPInSQ), sq.WQEBBSize<<logSQ)
 	if err != nil {
-		return failOut(StatusBadParam, 0, "send queue: %v", err)
+		return failOut(ifc.StatusBadParam, 0, "send queue: %v", err)
 	}
-	rqBuf, err := f.contiguous(in.U64(QPInRQ), 1<<(logRQ+logStride))
+	rqBuf, err := f.contiguous(in.U64(ifc.QPInRQ), 1<<(logRQ+logStride))
 	if err != nil {
-		return failOut(StatusBadParam, 0, "receive queue: %v", err)
+		return failOut(ifc.StatusBadParam, 0, "receive queue: %v", err)
 	}
-	flags := in.U32(QPInFlags)
+	flags := in.U32(ifc.QPInFlags)
 	dbSize := sq.DBRecSize
-	if flags&QPFlagDBHint != 0 {
+	if flags&ifc.QPFlagDBHint != 0 {
 		dbSize = sq.DBRecHintSize
 	}
-	db, err := f.contiguous(in.U64(QPInDBRec), dbSize)
+	db, err := f.contiguous(in.U64(ifc.QPInDBRec), dbSize)
 	if err != nil || !dma.Aligned(db) {
-		return failOut(StatusBadParam, 0, "doorbell record: %v", err)
+		return failOut(ifc.StatusBadParam, 0, "doorbell record: %v", err)
 	}
 	sqr, err := sq.NewRing(sqBuf, db[sq.DBRecSend:], logSQ)
 	if err != nil {
-		return failOut(StatusBadParam, 0, "%v", err)
+		return failOut(ifc.StatusBadParam, 0, "%v", err)
 	}
-	if flags&QPFlagIntegr != 0 && !c.SignatureHandover {
-		return failOut(StatusBadParam, 0, "integrity not supported")
+	if flags&ifc.QPFlagIntegr != 0 && !c.SignatureHandover {
+		return failOut(ifc.StatusBadParam, 0, "integrity not supported")
 	}
-	pd, scqn, rcqn := in.U32(QPInPD)&0xFFFFFF, in.U32(QPInSendCQ)&0xFFFFFF, in.U32(QPInRecvCQ)&0xFFFFFF
+	pd, scqn, rcqn := in.U32(ifc.QPInPD)&0xFFFFFF, in.U32(ifc.QPInSendCQ)&0xFFFFFF, in.U32(ifc.QPInRecvCQ)&0xFFFFFF
 
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	scq, rcq := f.cqs[scqn], f.cqs[rcqn]
 	switch {
 	case uint32(len(f.qps)) >= c.MaxQP:
-		return failOut(StatusExceedLim, 0, "%d QPs", len(f.qps))
+		return failOut(ifc.StatusExceedLim, 0, "%d QPs", len(f.qps))
 	case scq == nil || rcq == nil:
-		return failOut(StatusBadResource, 0, "no CQ %#x or %#x", scqn, rcqn)
+		return failOut(ifc.StatusBadResource, 0, "no CQ %#x or %#x", scqn, rcqn)
 	case !f.charge(qpCost):
-		return failOut(StatusExceedLim, 0, "device memory budget: no room for a QP")
+		return failOut(ifc.StatusExceedLim, 0, "device memory budget: no room for a QP")
 	case !f.pdRef(pd, 1):
 		f.uncharge(qpCost)
-		return failOut(StatusBadResource, pd, "no PD %#x", pd)
+		return failOut(ifc.StatusBadResource, pd, "no PD %#x", pd)
 	}
 	qp := &QP{
-		fn: f, dev: f.dev, pd: pd, scq: scq, rcq: rcq, integrity: flags&QPFlagIntegr != 0, drainSig: flags&QPFlagDrainSigErr != 0,
+		fn: f, dev: f.dev, pd: pd, scq: scq, rcq: rcq, integrity: flags&ifc.QPFlagIntegr != 0, drainSig: flags&ifc.QPFlagDrainSigErr != 0,
 		sqr: sqr, rqBuf: rqBuf, rqDB: db[sq.DBRecRecv : sq.DBRecRecv+4], rqLog: logRQ, rqStride: logStride,
 		bell: make(chan struct{}, 1), rbell: make(chan struct{}, 1),
 		acks: newMbox[response](inboxSize), inbox: newMbox[*request](inboxSize), stop: make(chan struct{}),
@@ -230,7 +196,7 @@ func (f *Func) createQP(in In) Out {
 	qp.publish()
 	qp.req.timer = time.NewTimer(time.Hour)
 	qp.req.timer.Stop()
-	if flags&QPFlagDBHint != 0 {
+	if flags&ifc.QPFlagDBHint != 0 {
 		qp.sqHint = db[sq.DBRecHint : sq.DBRecHint+4]
 		dma.StoreBE32(qp.sqHint, 0)
 	}
@@ -238,7 +204,7 @@ func (f *Func) createQP(in In) Out {
 	if !ok {
 		f.uncharge(qpCost)
 		f.pdRef(pd, -1)
-		return failOut(StatusNoResources, 0, "no QP number")
+		return failOut(ifc.StatusNoResources, 0, "no QP number")
 	}
 	qp.qpn = n
 	scq.qps++
@@ -246,15 +212,15 @@ func (f *Func) createQP(in In) Out {
 	f.qps[n] = qp
 	qp.engines.Go(func() error { qp.requester(); return nil })
 	qp.engines.Go(func() error { qp.responder(); return nil })
-	o := In(okOut(QPNOff + 4))
-	o.Put32(QPNOff, n)
-	return Out(o)
+	o := ifc.In(okOut(ifc.QPNOff + 4))
+	o.Put32(ifc.QPNOff, n)
+	return ifc.Out(o)
 }
 
-func (f *Func) destroyQP(qpn uint32) Out {
+func (f *Func) destroyQP(qpn uint32) ifc.Out {
 	qp := f.lookupQP(qpn)
 	if qp == nil {
-		return failOut(StatusBadResource, qpn, "no QP %#x", qpn)
+		return failOut(ifc.StatusBadResource, qpn, "no QP %#x", qpn)
 	}
 	qp.destroy()
 	return okOut(0)
@@ -268,7 +234,7 @@ func (qp *QP) destroy() {
 		return
 	}
 	qp.closed = true
-	qp.state = StateERR
+	qp.state = ifc.StateERR
 	qp.publish()
 	qp.mu.Unlock()
 	close(qp.stop)
@@ -284,20 +250,20 @@ func (qp *QP) destroy() {
 	f.mu.Unlock()
 }
 
-func (f *Func) modifyQP(op uint16, in In) Out {
-	qpn := in.U32(QPNOff) & 0xFFFFFF
+func (f *Func) modifyQP(op uint16, in ifc.In) ifc.Out {
+	qpn := in.U32(ifc.QPNOff) & 0xFFFFFF
 	qp := f.lookupQP(qpn)
 	if qp == nil {
-		return failOut(StatusBadResource, qpn, "no QP %#x", qpn)
+		return failOut(ifc.StatusBadResource, qpn, "no QP %#x", qpn)
 	}
 	qp.mu.Lock()
 	cur := qp.state
-	var to QPState
+	var to ifc.QPState
 	switch op {
-	case Cmd2ERR:
-		to = StateERR
-	case Cmd2RST:
-		to = StateRST
+	case ifc.Cmd2ERR:
+		to = ifc.StateERR
+	case ifc.Cmd2RST:
+		to = ifc.StateRST
 	default:
 		t := transitions[op]
 		ok := false
@@ -306,50 +272,50 @@ func (f *Func) modifyQP(op uint16, in In) Out {
 		}
 		if !ok {
 			qp.mu.Unlock()
-			return failOut(StatusBadQPState, uint32(cur), "QP %#x in %v cannot take command %#x", qpn, cur, op)
+			return failOut(ifc.StatusBadQPState, uint32(cur), "QP %#x in %v cannot take command %#x", qpn, cur, op)
 		}
 		to = t.to
 	}
 	a := &qp.attr
-	opt := in.U32(QPOptMask)
+	opt := in.U32(ifc.QPOptMask)
 	switch {
-	case op == CmdRST2INIT,
-		(op == CmdINIT2INIT || op == CmdRTS2RTS || op == CmdSQD2RTS) && opt&QPOptAccess != 0:
-		a.access = in.U8(QPCAccess+3) & (QPAccessRead | QPAccessWrite | QPAccessAtomic)
+	case op == ifc.CmdRST2INIT,
+		(op == ifc.CmdINIT2INIT || op == ifc.CmdRTS2RTS || op == ifc.CmdSQD2RTS) && opt&ifc.QPOptAccess != 0:
+		a.access = in.U8(ifc.QPCAccess+3) & (ifc.QPAccessRead | ifc.QPAccessWrite | ifc.QPAccessAtomic)
 	}
 	switch op {
-	case CmdINIT2RTR:
-		mtu := in.U8(QPCMTU)
+	case ifc.CmdINIT2RTR:
+		mtu := in.U8(ifc.QPCMTU)
 		if mtu > 5 {
 			qp.mu.Unlock()
-			return failOut(StatusBadParam, uint32(mtu), "path MTU code %d", mtu)
+			return failOut(ifc.StatusBadParam, uint32(mtu), "path MTU code %d", mtu)
 		}
-		a.remoteLID, a.remoteQPN = in.U16(QPCRemoteLID), in.U32(QPCRemoteQPN)&0xFFFFFF
+		a.remoteLID, a.remoteQPN = in.U16(ifc.QPCRemoteLID), in.U32(ifc.QPCRemoteQPN)&0xFFFFFF
 		a.mtuCode = mtu
 		for i := range a.remoteGID {
-			a.remoteGID[i] = in.U8(QPCRemoteGID + i)
+			a.remoteGID[i] = in.U8(ifc.QPCRemoteGID + i)
 		}
-		a.rqPSN = in.U32(QPCRQPSN) & 0xFFFFFF
-		a.minRNR, a.maxDestRD = in.U8(QPCMinRNR)&31, in.U8(QPCMaxDestRD)
-	case CmdRTR2RTS:
-		a.sqPSN = in.U32(QPCSQPSN) & 0xFFFFFF
-		a.timeout, a.retry, a.rnrRetry = in.U8(QPCTimeout)&31, in.U8(QPCRetry)&7, in.U8(QPCRNRRetry)&7
-		a.maxRD = in.U8(QPCMaxRD)
+		a.rqPSN = in.U32(ifc.QPCRQPSN) & 0xFFFFFF
+		a.minRNR, a.maxDestRD = in.U8(ifc.QPCMinRNR)&31, in.U8(ifc.QPCMaxDestRD)
+	case ifc.CmdRTR2RTS:
+		a.sqPSN = in.U32(ifc.QPCSQPSN) & 0xFFFFFF
+		a.timeout, a.retry, a.rnrRetry = in.U8(ifc.QPCTimeout)&31, in.U8(ifc.QPCRetry)&7, in.U8(ifc.QPCRNRRetry)&7
+		a.maxRD = in.U8(ifc.QPCMaxRD)
 	}
-	if to == StateRST {
+	if to == ifc.StateRST {
 		*a = qpAttr{}
 		qp.fatalSent = false
 	}
-	if to == StateSQD {
+	if to == ifc.StateSQD {
 		qp.drained = false
 	}
-	if op == CmdSQD2RTS || to == StateRST {
+	if op == ifc.CmdSQD2RTS || to == ifc.StateRST {
 		qp.sigErr.Store(false)
 	}
 	qp.state = to
 	qp.publish()
 	qp.mu.Unlock()
-	if to == StateRST {
+	if to == ifc.StateRST {
 		qp.reset()
 	}
 	qp.kick()
@@ -365,27 +331,27 @@ func (qp *QP) reset() {
 	qp.mu.Unlock()
 }
 
-func (f *Func) queryQP(qpn uint32) Out {
+func (f *Func) queryQP(qpn uint32) ifc.Out {
 	qp := f.lookupQP(qpn)
 	if qp == nil {
-		return failOut(StatusBadResource, qpn, "no QP %#x", qpn)
+		return failOut(ifc.StatusBadResource, qpn, "no QP %#x", qpn)
 	}
 	qp.mu.Lock()
 	defer qp.mu.Unlock()
-	o := In(okOut(QPOutSize))
+	o := ifc.In(okOut(ifc.QPOutSize))
 	a := &qp.attr
-	o.Put8(QPOutState, uint8(qp.state))
-	o.Put8(QPCAccess+3, a.access).Put16(QPCRemoteLID, a.remoteLID).Put32(QPCRemoteQPN, a.remoteQPN)
-	o.Put32(QPCRQPSN, a.rqPSN).Put32(QPCSQPSN, a.sqPSN)
-	o.Put8(QPCMinRNR, a.minRNR).Put8(QPCTimeout, a.timeout).Put8(QPCRetry, a.retry).Put8(QPCRNRRetry, a.rnrRetry)
-	o.Put8(QPCMaxRD, a.maxRD).Put8(QPCMaxDestRD, a.maxDestRD).Put8(QPCMTU, a.mtuCode)
-	copy(o[QPCRemoteGID:], a.remoteGID[:])
-	o.Put16(QPOutSQCounter, uint16(qp.sqFetched.Load()))
-	return Out(o)
+	o.Put8(ifc.QPOutState, uint8(qp.state))
+	o.Put8(ifc.QPCAccess+3, a.access).Put16(ifc.QPCRemoteLID, a.remoteLID).Put32(ifc.QPCRemoteQPN, a.remoteQPN)
+	o.Put32(ifc.QPCRQPSN, a.rqPSN).Put32(ifc.QPCSQPSN, a.sqPSN)
+	o.Put8(ifc.QPCMinRNR, a.minRNR).Put8(ifc.QPCTimeout, a.timeout).Put8(ifc.QPCRetry, a.retry).Put8(ifc.QPCRNRRetry, a.rnrRetry)
+	o.Put8(ifc.QPCMaxRD, a.maxRD).Put8(ifc.QPCMaxDestRD, a.maxDestRD).Put8(ifc.QPCMTU, a.mtuCode)
+	copy(o[ifc.QPCRemoteGID:], a.remoteGID[:])
+	o.Put16(ifc.QPOutSQCounter, uint16(qp.sqFetched.Load()))
+	return ifc.Out(o)
 }
 
 // State returns the QP's state (for tests).
-func (qp *QP) State() QPState {
+func (qp *QP) State() ifc.QPState {
 	qp.mu.Lock()
 	defer qp.mu.Unlock()
 	return qp.state
@@ -394,9 +360,9 @@ func (qp *QP) State() QPState {
 // toError moves the QP to ERR (from an error completion or a fatal event).
 func (qp *QP) toError() {
 	qp.mu.Lock()
-	changed := qp.state != StateERR && qp.state != StateRST
+	changed := qp.state != ifc.StateERR && qp.state != ifc.StateRST
 	if changed {
-		qp.state = StateERR
+		qp.state = ifc.StateERR
 		qp.publish()
 	}
 	qp.mu.Unlock()

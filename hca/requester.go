@@ -3,6 +3,7 @@ package hca
 import (
 	"encoding/binary"
 	"errors"
+	"github.com/hcasim/hcasim/hca/ifc"
 	"runtime"
 	"time"
 
@@ -238,7 +239,7 @@ func (qp *QP) flushOut(s *reqState) {
 
 // snapshot returns the QP's published state, attributes and reset
 // generation (publish): one atomic load, no lock.
-func (qp *QP) snapshot() (QPState, qpAttr, uint64) {
+func (qp *QP) snapshot() (ifc.QPState, qpAttr, uint64) {
 	p := qp.snap.Load()
 	return p.state, p.attr, p.gen
 }
@@ -257,25 +258,25 @@ func (qp *QP) step(s *reqState) {
 		qp.sqFetched.Store(0)
 	}
 	switch st {
-	case StateRTS:
+	case ifc.StateRTS:
 		if !s.psnInit {
 			s.nextPSN, s.psnInit = attr.sqPSN, true
 		}
 		// Completing can lift a fence or free the window: fetch again then.
 		for qp.fetch(s, &attr) && qp.complete(s) > 0 {
 		}
-	case StateERR:
+	case ifc.StateERR:
 		qp.flush(s)
 		return
 	}
 	qp.complete(s)
-	if st == StateSQD {
+	if st == ifc.StateSQD {
 		qp.mu.Lock()
 		report := !qp.drained && len(s.inflight) == 0
 		qp.drained = qp.drained || report
 		qp.mu.Unlock()
 		if report {
-			qp.fn.event(EventSQDrained, qp.qpn)
+			qp.fn.event(ifc.EventSQDrained, qp.qpn)
 		}
 	}
 }
@@ -308,8 +309,8 @@ func (qp *QP) fetch(s *reqState, a *qpAttr) (blocked bool) {
 			// signature error; the QP stops in SQD (SQ_DRAINED follows
 			// once nothing is outstanding, which the fence ensured).
 			qp.mu.Lock()
-			if qp.state == StateRTS {
-				qp.state, qp.drained = StateSQD, false
+			if qp.state == ifc.StateRTS {
+				qp.state, qp.drained = ifc.StateSQD, false
 				qp.publish()
 			}
 			qp.mu.Unlock()
@@ -789,7 +790,7 @@ func (qp *QP) onTimer(s *reqState) {
 	st, a, gen := qp.snapshot()
 	rnr := s.rnrWait
 	s.rnrWait = false
-	if gen != s.gen || (st != StateRTS && st != StateSQD) {
+	if gen != s.gen || (st != ifc.StateRTS && st != ifc.StateSQD) {
 		return
 	}
 	head := qp.unacked(s)
@@ -865,7 +866,7 @@ func (qp *QP) fatal() {
 	qp.fatalSent = true
 	qp.mu.Unlock()
 	if first {
-		qp.fn.event(EventQPFatal, qp.qpn)
+		qp.fn.event(ifc.EventQPFatal, qp.qpn)
 	}
 	qp.toError()
 }

@@ -2,6 +2,7 @@ package hca
 
 import (
 	"encoding/binary"
+	"github.com/hcasim/hcasim/hca/ifc"
 
 	"github.com/hcasim/hcasim/cq"
 	"github.com/hcasim/hcasim/internal/dma"
@@ -212,7 +213,7 @@ func (qp *QP) respStep(s *respState) {
 	if gen != s.gen {
 		qp.resetResp(s, gen)
 	}
-	if st == StateERR {
+	if st == ifc.StateERR {
 		for qp.rqHead() != s.rqCI {
 			if _, _, g := qp.snapshot(); g != gen {
 				break // a receive posted after a move to RESET: the next connection's
@@ -253,7 +254,7 @@ func (qp *QP) serve(s *respState, r *request) {
 		qp.sendAnswers(s)
 		qp.resetResp(s, gen)
 	}
-	if st != StateRTR && st != StateRTS && st != StateSQD {
+	if st != ifc.StateRTR && st != ifc.StateRTS && st != ifc.StateSQD {
 		return // a QP that is not ready (or in error) drops requests silently
 	}
 	if !s.psnInit {
@@ -435,7 +436,7 @@ func (qp *QP) invalidate(key klm.Key) bool {
 }
 
 func (qp *QP) serveWrite(s *respState, r *request, a *qpAttr) respKind {
-	if a.access&QPAccessWrite == 0 {
+	if a.access&ifc.QPAccessWrite == 0 {
 		return respAccess
 	}
 	var list []sq.DataFields
@@ -471,7 +472,7 @@ func (qp *QP) serveWrite(s *respState, r *request, a *qpAttr) respKind {
 }
 
 func (qp *QP) serveRead(s *respState, r *request, a *qpAttr) respKind {
-	if a.access&QPAccessRead == 0 {
+	if a.access&ifc.QPAccessRead == 0 {
 		return respAccess
 	}
 	if r.length == 0 { // nor does a zero-length READ
@@ -494,7 +495,7 @@ func (qp *QP) serveRead(s *respState, r *request, a *qpAttr) respKind {
 // 64-bit word and returns the original value into the requester's buffer
 // (on the wire: into the request's, for the answer).
 func (qp *QP) serveAtomic(s *respState, r *request, a *qpAttr) respKind {
-	if a.access&QPAccessAtomic == 0 {
+	if a.access&ifc.QPAccessAtomic == 0 {
 		return respAccess
 	}
 	if r.raddr%8 != 0 {
@@ -636,7 +637,7 @@ func (qp *QP) servePacket(s *respState, in *request) {
 		qp.sendAnswers(s)
 		qp.resetResp(s, gen)
 	}
-	if st != StateRTR && st != StateRTS && st != StateSQD {
+	if st != ifc.StateRTR && st != ifc.StateRTS && st != ifc.StateSQD {
 		return
 	}
 	if !s.psnInit {
@@ -687,7 +688,7 @@ func (qp *QP) servePacket(s *respState, in *request) {
 	}
 	if s.asm.n == 0 {
 		s.asm = assembly{op: p.Opcode, reth: p.RETH, first: p.PSN, data: s.asm.data[:0]}
-		if isWrite(p.Opcode) && p.RETH.DMALen > 0 && a.access&QPAccessWrite != 0 && qp.plainKey(klm.Key(p.RETH.RKey)) {
+		if isWrite(p.Opcode) && p.RETH.DMALen > 0 && a.access&ifc.QPAccessWrite != 0 && qp.plainKey(klm.Key(p.RETH.RKey)) {
 			s.asm.placed = true
 			// The whole range is checked first, as the in-process path
 			// does: a WRITE past its key's end places nothing.

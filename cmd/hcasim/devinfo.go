@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"github.com/hcasim/hcasim/hca/ifc"
 	"io"
 	"net/netip"
 	"strings"
@@ -95,7 +96,7 @@ type devinfoCaps struct {
 	DevMemBytes       uint64 `json:"dev_mem_bytes"`
 }
 
-func capsJSON(c hca.Caps) devinfoCaps {
+func capsJSON(c ifc.Caps) devinfoCaps {
 	return devinfoCaps{
 		MaxPSV: c.MaxPSV, MaxInline: c.MaxInline, LogMaxSQSize: c.LogMaxSQSize, LogMaxRQSize: c.LogMaxRQSize,
 		LogMaxCQSize: c.LogMaxCQSize, LogMaxKLMListSize: c.Mkey.LogMaxKLMListSize, MaxIndirection: c.Mkey.MaxIndirection,

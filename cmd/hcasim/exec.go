@@ -4,6 +4,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/hcasim/hcasim/hca/remote/daemon"
 	"io"
 	"log/slog"
 	"net"
@@ -16,7 +17,6 @@ import (
 	"time"
 
 	"github.com/hcasim/hcasim/hca"
-	"github.com/hcasim/hcasim/hca/remote"
 )
 
 var execOpts struct {
@@ -112,11 +112,11 @@ func runExec(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) error {
 		log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 		dev := hca.New(hca.Options{Caps: &caps, Poll: *execOpts.poll, Logger: log.With("part", "device")})
 		defer dev.Close()
-		l, err := remote.Listen(sock)
+		l, err := daemon.Listen(sock)
 		if err != nil {
 			return err
 		}
-		srv := &remote.Server{Dev: dev, Log: log}
+		srv := &daemon.Server{Dev: dev, Log: log}
 		done := make(chan error, 1)
 		go func() { done <- srv.Serve(l) }()
 		defer func() {

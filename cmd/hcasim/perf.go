@@ -340,7 +340,7 @@ const (
 	// a side's buffer has room for the data's PI besides (perfBufSize).
 	perfMaxSize = 252 << 20
 	// perfMaxQD is the largest --qd: a send queue holds 2^15 WQEBBs
-	// (hca.Caps.LogMaxSQSize), and a QP that may register signature keys
+	// (ifc.Caps.LogMaxSQSize), and a QP that may register signature keys
 	// reserves 9 WQEBBs for each WR (a REG_MR_INTEGRITY's WQE).
 	perfMaxQD  = 1 << 15 / 9
 	perfMaxQPs = 1024

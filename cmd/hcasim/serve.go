@@ -6,6 +6,8 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/hcasim/hcasim/hca/ifc"
+	"github.com/hcasim/hcasim/hca/remote/daemon"
 	"io"
 	"log/slog"
 	"math"
@@ -109,22 +111,22 @@ var serveCmd = &command{
 }
 
 // capsPresets are the --caps presets.
-var capsPresets = map[string]func() hca.Caps{
+var capsPresets = map[string]func() ifc.Caps{
 	// A ConnectX-5; each function may map up to 64 GiB.
-	"cx5": func() hca.Caps {
+	"cx5": func() ifc.Caps {
 		c := hca.ConnectX5Caps
 		c.MaxMappedBytes = 64 << 30
 		return c
 	},
 	// A ConnectX-5 without signature handover (no integrity offload).
-	"cx5-nosig": func() hca.Caps {
+	"cx5-nosig": func() ifc.Caps {
 		c := hca.ConnectX5Caps
 		c.MaxMappedBytes = 64 << 30
 		c.SignatureHandover = false
 		return c
 	},
 	// Small per-function limits, for testing how clients handle them.
-	"small": func() hca.Caps {
+	"small": func() ifc.Caps {
 		c := hca.ConnectX5Caps
 		c.MaxPD, c.MaxCQ, c.MaxQP, c.MaxPSV = 16, 64, 32, 64
 		c.LogMaxCQSize, c.LogMaxSQSize, c.LogMaxRQSize = 12, 10, 10
@@ -268,11 +270,11 @@ func runServe(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) error {
 	// once it does removes it.
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 	defer stop()
-	l, err := remote.Listen(path)
+	l, err := daemon.Listen(path)
 	if err != nil {
 		return err
 	}
-	srv := &remote.Server{Dev: dev, Log: log}
+	srv := &daemon.Server{Dev: dev, Log: log}
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(l) }()
 	log.Info("serving", "socket", path, "caps", *serveOpts.caps, "lid", dev.LID(), "protocol", remote.Version)

@@ -1,10 +1,10 @@
 package hcatest
 
 import (
+	"github.com/hcasim/hcasim/hca/ifc"
 	"testing"
 	"time"
 
-	"github.com/hcasim/hcasim/hca"
 	"github.com/hcasim/hcasim/hca/verbs"
 )
 
@@ -27,7 +27,7 @@ func cqOverflow(t *testing.T, s *suite) {
 	for i := range 4 {
 		ea.post(write(uint64(i+1), a.mr.SGE(8*i, 8), b.mr.Addr+uint64(8*i), b.mr.RKey))
 	}
-	waitEvents(t, a.ctx, hca.Event{Type: hca.EventCQError, Obj: scq.Handle()}, hca.Event{Type: hca.EventQPFatal, Obj: ea.qp.QPN()})
+	waitEvents(t, a.ctx, ifc.Event{Type: ifc.EventCQError, Obj: scq.Handle()}, ifc.Event{Type: ifc.EventQPFatal, Obj: ea.qp.QPN()})
 	for i, wc := range Poll(t, scq, 2) {
 		Check(t, "completion written before the overflow", wc, Want{WRID: uint64(i + 1), Op: verbs.WCRDMAWrite, Len: AnyLen})
 	}
@@ -47,12 +47,12 @@ func cqOverflowEventsOnce(t *testing.T, s *suite) {
 	for i := range 10 {
 		ea.post(write(uint64(i+1), a.mr.SGE(8*i, 8), b.mr.Addr+uint64(8*i), b.mr.RKey))
 	}
-	cqErr := hca.Event{Type: hca.EventCQError, Obj: scq.Handle()}
-	fatal := hca.Event{Type: hca.EventQPFatal, Obj: ea.qp.QPN()}
+	cqErr := ifc.Event{Type: ifc.EventCQError, Obj: scq.Handle()}
+	fatal := ifc.Event{Type: ifc.EventQPFatal, Obj: ea.qp.QPN()}
 	waitEvents(t, a.ctx, cqErr, fatal)
 	// More work on the QP in error: flushed, and lost with the CQ.
 	ea.post(write(20, a.mr.SGE(0, 8), b.mr.Addr, b.mr.RKey))
-	count := map[hca.Event]int{}
+	count := map[ifc.Event]int{}
 	timer := time.NewTimer(3 * quiet)
 	defer timer.Stop()
 	for done := false; !done; {
@@ -70,13 +70,13 @@ func cqOverflowEventsOnce(t *testing.T, s *suite) {
 
 // waitEvents waits until every event in want has arrived on ctx's async
 // event channel, in any order.
-func waitEvents(t testing.TB, ctx *verbs.Context, want ...hca.Event) {
+func waitEvents(t testing.TB, ctx *verbs.Context, want ...ifc.Event) {
 	t.Helper()
-	missing := map[hca.Event]bool{}
+	missing := map[ifc.Event]bool{}
 	for _, e := range want {
 		missing[e] = true
 	}
-	var seen []hca.Event
+	var seen []ifc.Event
 	timer := time.NewTimer(waitFor)
 	defer timer.Stop()
 	for len(missing) > 0 {

@@ -38,6 +38,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"github.com/hcasim/hcasim/hca/ifc"
 	"slices"
 	"testing"
 	"time"
@@ -378,9 +379,9 @@ func putBE64(b []byte, v uint64) { binary.BigEndian.PutUint64(b, v) }
 
 // waitEvent waits for an async event of the given type and object,
 // returning the other events seen meanwhile.
-func waitEvent(t testing.TB, ctx *verbs.Context, typ hca.EventType, obj uint32) []hca.Event {
+func waitEvent(t testing.TB, ctx *verbs.Context, typ ifc.EventType, obj uint32) []ifc.Event {
 	t.Helper()
-	var other []hca.Event
+	var other []ifc.Event
 	timer := time.NewTimer(waitFor)
 	defer timer.Stop()
 	for {
@@ -398,7 +399,7 @@ func waitEvent(t testing.TB, ctx *verbs.Context, typ hca.EventType, obj uint32) 
 }
 
 // quietEvents fails if an event of type typ arrives within d.
-func quietEvents(t testing.TB, ctx *verbs.Context, typ hca.EventType, d time.Duration) {
+func quietEvents(t testing.TB, ctx *verbs.Context, typ ifc.EventType, d time.Duration) {
 	t.Helper()
 	timer := time.NewTimer(d)
 	defer timer.Stop()

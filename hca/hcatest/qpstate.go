@@ -2,11 +2,11 @@ package hcatest
 
 import (
 	"errors"
+	"github.com/hcasim/hcasim/hca/ifc"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/hcasim/hcasim/hca"
 	"github.com/hcasim/hcasim/hca/verbs"
 )
 
@@ -169,7 +169,7 @@ func sqdDrain(t *testing.T, s *suite) {
 	if err := ea.qp.Modify(&verbs.QPAttr{State: verbs.StateSQD}); err != nil {
 		t.Fatalf("to SQD: %v", err)
 	}
-	waitEvent(t, a.ctx, hca.EventSQDrained, ea.qp.QPN())
+	waitEvent(t, a.ctx, ifc.EventSQDrained, ea.qp.QPN())
 	clear(b.buf[:4096])
 	fill(a.buf[:4096], 0x5D)
 	ea.post(write(2, a.mr.SGE(0, 4096), b.mr.Addr, b.mr.RKey))
@@ -188,7 +188,7 @@ func sqdDrain(t *testing.T, s *suite) {
 	}
 	Check(t, "write posted in SQD", Poll1(t, ea.scq), Want{WRID: 2, Op: verbs.WCRDMAWrite, Len: AnyLen})
 	sameBytes(t, "written after SQD→RTS", b.buf[:4096], a.buf[:4096])
-	quietEvents(t, a.ctx, hca.EventSQDrained, quiet)
+	quietEvents(t, a.ctx, ifc.EventSQDrained, quiet)
 	// The QP still serves its peer: SQD→RTS keeps the remote access
 	// rights it was connected with.
 	fill(b.buf[:64], 0x6E)
@@ -222,11 +222,11 @@ func sqdOutstanding(t *testing.T, s *suite) {
 	if err := ea.qp.Modify(&verbs.QPAttr{State: verbs.StateSQD}); err != nil {
 		t.Fatalf("to SQD: %v", err)
 	}
-	quietEvents(t, a.ctx, hca.EventSQDrained, quiet)
+	quietEvents(t, a.ctx, ifc.EventSQDrained, quiet)
 	eb.recv(rwr(2, b.mr.SGE(0, 64)))
 	Check(t, "outstanding send", Poll1(t, ea.scq), Want{WRID: 1, Op: verbs.WCSend, Len: AnyLen})
 	Check(t, "its receive", Poll1(t, eb.rcq), Want{WRID: 2, Op: verbs.WCRecv, Len: 8})
-	waitEvent(t, a.ctx, hca.EventSQDrained, ea.qp.QPN())
+	waitEvent(t, a.ctx, ifc.EventSQDrained, ea.qp.QPN())
 }
 
 // rtsToRTSKeepsAccess: an RTS→RTS modify that does not name the access

@@ -4,18 +4,17 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/hcasim/hcasim/hca/ifc"
 	"net"
 	"os"
 	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/hcasim/hcasim/hca"
 )
 
 // Client is a connection to a daemon: one function of its device. It
-// implements [hca.Function]; verbs.Dial wraps it in a verbs context.
+// implements [ifc.Function]; verbs.Dial wraps it in a verbs context.
 type Client struct {
 	c   *net.UnixConn
 	lid uint16
@@ -30,12 +29,12 @@ type Client struct {
 	maps    map[uint64][]byte // IOVA → the client's mapping
 
 	evMu   sync.Mutex
-	events []hca.Event
+	events []ifc.Event
 	evSig  chan struct{}
 	done   chan struct{} // the reader has stopped
 }
 
-var _ hca.Function = (*Client)(nil)
+var _ ifc.Function = (*Client)(nil)
 
 // closeWait bounds how long Close waits for the daemon to close the
 // function.
@@ -71,7 +70,7 @@ func NewClient(uc *net.UnixConn) (*Client, error) {
 	p = binary.BigEndian.AppendUint16(p, Version)
 	p = binary.BigEndian.AppendUint16(p, 0)
 	r, err := c.call(TypeHello, p, -1)
-	if err == nil && len(r) != helloReplySize {
+	if err == nil && len(r) != HelloReplySize {
 		err = fmt.Errorf("HELLO reply of %d bytes: %w", len(r), ErrProtocol)
 	}
 	if err == nil && binary.BigEndian.Uint16(r[4:]) != Version {
@@ -116,7 +115,7 @@ func (c *Client) reader() {
 		case h.Type == TypeEvents:
 			c.takeEvents(p)
 		case h.Type == TypeError && h.ID == 0:
-			st, reason, _ := parseStatus(p)
+			st, reason, _ := ParseStatus(p)
 			err = &StatusError{Status: st, Reason: reason}
 		case h.Type == TypeError || h.Type&ReplyBit != 0:
 			c.mu.Lock()
@@ -128,7 +127,7 @@ func (c *Client) reader() {
 			}
 			r := reply{h: h, p: append([]byte(nil), p...)}
 			if h.Type == TypeError {
-				st, reason, perr := parseStatus(p)
+				st, reason, perr := ParseStatus(p)
 				r.err = &StatusError{Status: st, Reason: reason}
 				if perr != nil {
 					r.err = perr
@@ -155,8 +154,8 @@ func (c *Client) reader() {
 
 func (c *Client) takeEvents(p []byte) {
 	c.evMu.Lock()
-	for ; len(p) >= eventSize; p = p[eventSize:] {
-		c.events = append(c.events, hca.Event{Type: hca.EventType(p[0]), Obj: be32(p[4:])})
+	for ; len(p) >= EventSize; p = p[EventSize:] {
+		c.events = append(c.events, ifc.Event{Type: ifc.EventType(p[0]), Obj: be32(p[4:])})
 	}
 	c.evMu.Unlock()
 	c.signal()
@@ -236,20 +235,20 @@ func (c *Client) write(msg, oob []byte) error {
 	return nil
 }
 
-// Command implements hca.Function. A command that cannot reach the daemon
+// Command implements ifc.Function. A command that cannot reach the daemon
 // fails with INT_ERR and the reason.
 func (c *Client) Command(in []byte) []byte {
 	if len(in) > MaxMessage-HeaderSize {
-		return hca.FailOut(hca.StatusBadInputLen, 0, "input mailbox larger than a message")
+		return ifc.FailOut(ifc.StatusBadInputLen, 0, "input mailbox larger than a message")
 	}
 	out, err := c.call(TypeCommand, in, -1)
 	if err != nil {
-		return hca.FailOut(hca.StatusIntErr, 0, err.Error())
+		return ifc.FailOut(ifc.StatusIntErr, 0, err.Error())
 	}
 	return out
 }
 
-// AllocDMA implements hca.Function: the memory is a sealed memfd, mapped
+// AllocDMA implements ifc.Function: the memory is a sealed memfd, mapped
 // here and in the daemon.
 func (c *Client) AllocDMA(n int, align int) ([]byte, uint64, error) {
 	if n <= 0 || align <= 0 || align&(align-1) != 0 {
@@ -275,7 +274,7 @@ func (c *Client) AllocDMA(n int, align int) ([]byte, uint64, error) {
 	p = binary.BigEndian.AppendUint32(p, uint32(align))
 	p = binary.BigEndian.AppendUint32(p, 0)
 	r, err := c.call(TypeMapMem, p, fd)
-	if err == nil && len(r) != mapReplySize {
+	if err == nil && len(r) != MapReplySize {
 		err = fmt.Errorf("MAP_MEM reply of %d bytes: %w", len(r), ErrProtocol)
 	}
 	if err != nil {
@@ -289,7 +288,7 @@ func (c *Client) AllocDMA(n int, align int) ([]byte, uint64, error) {
 	return mem[:n:n], iova, nil
 }
 
-// FreeDMA implements hca.Function.
+// FreeDMA implements ifc.Function.
 func (c *Client) FreeDMA(iova uint64) error {
 	c.mu.Lock()
 	_, ok := c.maps[iova]
@@ -322,13 +321,13 @@ func (c *Client) notify(t Type, payload []byte) {
 	c.write(Encode(nil, t, 0, payload), nil)
 }
 
-// RingSQ implements hca.Function.
+// RingSQ implements ifc.Function.
 func (c *Client) RingSQ(qpn uint32) { c.notify(TypeRingSQ, binary.BigEndian.AppendUint32(nil, qpn)) }
 
-// RingRQ implements hca.Function.
+// RingRQ implements ifc.Function.
 func (c *Client) RingRQ(qpn uint32) { c.notify(TypeRingRQ, binary.BigEndian.AppendUint32(nil, qpn)) }
 
-// ArmCQ implements hca.Function. It waits for the daemon's reply: a
+// ArmCQ implements ifc.Function. It waits for the daemon's reply: a
 // completion that follows the arm must find the CQ armed, as an arm
 // doorbell takes effect before the driver returns.
 func (c *Client) ArmCQ(cqn uint32, word uint32) {
@@ -336,11 +335,11 @@ func (c *Client) ArmCQ(cqn uint32, word uint32) {
 	c.call(TypeArmCQ, binary.BigEndian.AppendUint32(p, word), -1)
 }
 
-// Events implements hca.Function.
+// Events implements ifc.Function.
 func (c *Client) Events() <-chan struct{} { return c.evSig }
 
-// DrainEvents implements hca.Function.
-func (c *Client) DrainEvents(evs []hca.Event) []hca.Event {
+// DrainEvents implements ifc.Function.
+func (c *Client) DrainEvents(evs []ifc.Event) []ifc.Event {
 	c.evMu.Lock()
 	defer c.evMu.Unlock()
 	evs = append(evs, c.events...)
@@ -358,7 +357,7 @@ func (c *Client) Err() error {
 	return c.err
 }
 
-// Close implements hca.Function: the connection closes (the daemon stops
+// Close implements ifc.Function: the connection closes (the daemon stops
 // the function's QPs and unmaps its memory) and the mappings are released.
 func (c *Client) Close() error {
 	c.mu.Lock()

@@ -1,6 +1,7 @@
 package remote_test
 
 import (
+	"github.com/hcasim/hcasim/hca/ifc"
 	"testing"
 	"time"
 
@@ -38,12 +39,12 @@ func newCrossPair(t *testing.T) *crossPair {
 	t.Helper()
 	dev := hca.New(hca.Options{TimeScale: 4})
 	t.Cleanup(func() { dev.Close() })
-	path, _ := daemon(t, dev)
+	path, _ := serveDevice(t, dev)
 	return &crossPair{path: path, a: newNode(t, dial(t, path), 1<<16, allAccess), b: newNode(t, dial(t, path), 1<<16, allAccess)}
 }
 
 // command runs a raw command mailbox on ctx's function.
-func command(ctx *verbs.Context, in hca.In) hca.Out { return hca.Out(ctx.Function().Command(in)) }
+func command(ctx *verbs.Context, in ifc.In) ifc.Out { return ifc.Out(ctx.Function().Command(in)) }
 
 // loopback returns an endpoint of n whose QP is connected to itself.
 func loopback(t testing.TB, n *node, integrity bool) *endpoint {
@@ -90,24 +91,24 @@ func TestCrossClientCQN(t *testing.T) {
 	foreign := acqs[len(acqs)-1].Handle()
 	require.Greater(t, foreign, bcq.Handle(), "A's last CQN is one B does not have")
 
-	qpIn := func(scq, rcq uint32) hca.In {
-		in := hca.NewIn(hca.CmdCreateQP, hca.QPInSize).Put32(hca.QPInPD, b.pd.Handle()).Put32(hca.QPInSendCQ, scq).Put32(hca.QPInRecvCQ, rcq)
-		in.Put8(hca.QPInLogSQ, 4).Put8(hca.QPInLogRQ, 4).Put8(hca.QPInLogStride, 5)
-		return in.Put64(hca.QPInSQ, b.mr.Addr).Put64(hca.QPInRQ, b.mr.Addr+0x4000).Put64(hca.QPInDBRec, b.mr.Addr+0x8000)
+	qpIn := func(scq, rcq uint32) ifc.In {
+		in := ifc.NewIn(ifc.CmdCreateQP, ifc.QPInSize).Put32(ifc.QPInPD, b.pd.Handle()).Put32(ifc.QPInSendCQ, scq).Put32(ifc.QPInRecvCQ, rcq)
+		in.Put8(ifc.QPInLogSQ, 4).Put8(ifc.QPInLogRQ, 4).Put8(ifc.QPInLogStride, 5)
+		return in.Put64(ifc.QPInSQ, b.mr.Addr).Put64(ifc.QPInRQ, b.mr.Addr+0x4000).Put64(ifc.QPInDBRec, b.mr.Addr+0x8000)
 	}
 	for _, c := range []struct {
 		name     string
 		scq, rcq uint32
 	}{{"send CQ", foreign, bcq.Handle()}, {"receive CQ", bcq.Handle(), foreign}, {"both CQs", foreign, foreign}} {
 		out := command(b.ctx, qpIn(c.scq, c.rcq))
-		assert.Equal(t, hca.StatusBadResource, out.Status(), "B's CREATE_QP with A's CQN as its %s: %v", c.name, out.Err(hca.CmdCreateQP))
+		assert.Equal(t, ifc.StatusBadResource, out.Status(), "B's CREATE_QP with A's CQN as its %s: %v", c.name, out.Err(ifc.CmdCreateQP))
 	}
-	out := command(b.ctx, hca.NewIn(hca.CmdDestroyCQ, hca.CQNOff+4).Put32(hca.CQNOff, foreign))
-	assert.Equal(t, hca.StatusBadResource, out.Status(), "B's DESTROY_CQ of A's CQN")
+	out := command(b.ctx, ifc.NewIn(ifc.CmdDestroyCQ, ifc.CQNOff+4).Put32(ifc.CQNOff, foreign))
+	assert.Equal(t, ifc.StatusBadResource, out.Status(), "B's DESTROY_CQ of A's CQN")
 	// B's own CQ works for B's QP: the refusals were about the number.
 	out = command(b.ctx, qpIn(bcq.Handle(), bcq.Handle()))
-	require.Equal(t, hca.StatusOK, out.Status(), "B's CREATE_QP with its own CQ: %v", out.Err(hca.CmdCreateQP))
-	require.Equal(t, hca.StatusOK, command(b.ctx, hca.NewIn(hca.CmdDestroyQP, hca.QPNOff+4).Put32(hca.QPNOff, out.U32(hca.QPNOff))).Status())
+	require.Equal(t, ifc.StatusOK, out.Status(), "B's CREATE_QP with its own CQ: %v", out.Err(ifc.CmdCreateQP))
+	require.Equal(t, ifc.StatusOK, command(b.ctx, ifc.NewIn(ifc.CmdDestroyQP, ifc.QPNOff+4).Put32(ifc.QPNOff, out.U32(ifc.QPNOff))).Status())
 
 	// A's CQ holds no QP of B's: A destroys it at once.
 	require.NoError(t, acqs[len(acqs)-1].Destroy(), "A's CQ B named")
@@ -135,11 +136,11 @@ func TestCrossClientCQN(t *testing.T) {
 // psvCmd runs CREATE_PSV for n PSVs in pd on ctx and returns their indices.
 func createPSVs(t testing.TB, ctx *verbs.Context, pd uint32, n int) []uint32 {
 	t.Helper()
-	out := command(ctx, hca.NewIn(hca.CmdCreatePSV, hca.PSVInPDNum+4).Put32(hca.PSVInPDNum, uint32(n)<<28|pd))
-	require.Equal(t, hca.StatusOK, out.Status(), "CREATE_PSV: %v", out.Err(hca.CmdCreatePSV))
+	out := command(ctx, ifc.NewIn(ifc.CmdCreatePSV, ifc.PSVInPDNum+4).Put32(ifc.PSVInPDNum, uint32(n)<<28|pd))
+	require.Equal(t, ifc.StatusOK, out.Status(), "CREATE_PSV: %v", out.Err(ifc.CmdCreatePSV))
 	var idx []uint32
 	for i := range n {
-		idx = append(idx, out.U32(hca.PSVOutIdx+4*i))
+		idx = append(idx, out.U32(ifc.PSVOutIdx+4*i))
 	}
 	return idx
 }
@@ -168,8 +169,8 @@ func TestCrossClientPSV(t *testing.T) {
 	setPSV(t, eb, foreign, 1)
 	wc := hcatest.Poll1(t, eb.scq)
 	assert.Equal(t, verbs.WCLocProtErr, wc.Status, "B's SET_PSV on A's PSV index: %+v", wc)
-	out := command(b.ctx, hca.NewIn(hca.CmdDestroyPSV, hca.PSVIdxOff+4).Put32(hca.PSVIdxOff, foreign))
-	assert.Equal(t, hca.StatusBadResource, out.Status(), "B's DESTROY_PSV of A's PSV")
+	out := command(b.ctx, ifc.NewIn(ifc.CmdDestroyPSV, ifc.PSVIdxOff+4).Put32(ifc.PSVIdxOff, foreign))
+	assert.Equal(t, ifc.StatusBadResource, out.Status(), "B's DESTROY_PSV of A's PSV")
 	// B's own PSV in B's PD: set; a PSV index that B has but in another of
 	// its PDs is refused too (the PD rule that keeps A's out).
 	eb = loopback(t, b, true)
@@ -185,23 +186,23 @@ func TestCrossClientPSV(t *testing.T) {
 	setPSV(t, ea, foreign, 4)
 	require.Equal(t, verbs.WCSuccess, hcatest.Poll1(t, ea.scq).Status, "A's SET_PSV on its PSV after B's attempts")
 	for _, i := range apsv {
-		out := command(a.ctx, hca.NewIn(hca.CmdDestroyPSV, hca.PSVIdxOff+4).Put32(hca.PSVIdxOff, i))
-		require.Equal(t, hca.StatusOK, out.Status(), "A destroys its PSV %d: %v", i, out.Err(hca.CmdDestroyPSV))
+		out := command(a.ctx, ifc.NewIn(ifc.CmdDestroyPSV, ifc.PSVIdxOff+4).Put32(ifc.PSVIdxOff, i))
+		require.Equal(t, ifc.StatusOK, out.Status(), "A destroys its PSV %d: %v", i, out.Err(ifc.CmdDestroyPSV))
 	}
 }
 
 // klmOver builds a CREATE_MKEY input: a KLM key in pd whose one entry is
 // {n bytes of key at va}, with local and remote read and write, variant
 // 0x24.
-func klmOver(pd uint32, key uint32, va uint64, n int) hca.In {
+func klmOver(pd uint32, key uint32, va uint64, n int) ifc.In {
 	xlt := make([]byte, klm.KLMSize)
 	klm.KLM(xlt).Encode(&klm.KLMFields{ByteCount: uint32(n), Key: klm.Key(key), VA: va})
-	in := hca.NewIn(hca.CmdCreateMkey, hca.MkeyInXLT+len(xlt))
-	umr.MkeySeg(in[hca.MkeyInCtx:hca.MkeyInXLT]).Encode(&umr.MkeyFields{
+	in := ifc.NewIn(ifc.CmdCreateMkey, ifc.MkeyInXLT+len(xlt))
+	umr.MkeySeg(in[ifc.MkeyInCtx:ifc.MkeyInXLT]).Encode(&umr.MkeyFields{
 		Mode: klm.ModeKLM, Access: klm.LocalRead | klm.LocalWrite | klm.RemoteRead | klm.RemoteWrite, QPN: 0xFFFFFF, Variant: 0x24,
 		PD: pd, Len: uint64(n), XLTOctowords: 1,
 	})
-	copy(in[hca.MkeyInXLT:], xlt)
+	copy(in[ifc.MkeyInXLT:], xlt)
 	return in
 }
 
@@ -233,11 +234,11 @@ func TestCrossClientKLM(t *testing.T) {
 	require.Greater(t, klm.Key(amr.LKey).Index(), klm.Key(b.mr.LKey).Index(), "A's key index is not one of B's")
 
 	out := command(b.ctx, klmOver(b.pd.Handle(), amr.LKey, amr.Addr, 4096))
-	if out.Status() != hca.StatusOK {
+	if out.Status() != ifc.StatusOK {
 		// Refusing it at creation would do as well.
-		t.Logf("CREATE_MKEY with A's key in a KLM entry refused: %v", out.Err(hca.CmdCreateMkey))
+		t.Logf("CREATE_MKEY with A's key in a KLM entry refused: %v", out.Err(ifc.CmdCreateMkey))
 	} else {
-		key := uint32(klm.MakeKey(out.U32(hca.MkeyOutIdx), 0x24))
+		key := uint32(klm.MakeKey(out.U32(ifc.MkeyOutIdx), 0x24))
 		// As an lkey: a WRITE out of A's memory, a READ into it.
 		eb := loopback(t, b, false)
 		post(t, eb, write(1, verbs.SGE{Addr: 0, Length: 64, LKey: key}, b.mr.Addr, b.mr.RKey))
@@ -256,9 +257,9 @@ func TestCrossClientKLM(t *testing.T) {
 	}
 	// A's key, in a KLM key of A's, works for A.
 	out = command(a.ctx, klmOver(a.pd.Handle(), amr.LKey, amr.Addr, 4096))
-	require.Equal(t, hca.StatusOK, out.Status(), "%v", out.Err(hca.CmdCreateMkey))
+	require.Equal(t, ifc.StatusOK, out.Status(), "%v", out.Err(ifc.CmdCreateMkey))
 	ea := loopback(t, a, false)
-	writeWorks(t, "through A's own KLM key", ea, a, 0, uint32(klm.MakeKey(out.U32(hca.MkeyOutIdx), 0x24)), amr.Buf)
+	writeWorks(t, "through A's own KLM key", ea, a, 0, uint32(klm.MakeKey(out.U32(ifc.MkeyOutIdx), 0x24)), amr.Buf)
 }
 
 // fastReg registers buf of n (in n's address space) in a fast-registration
@@ -336,16 +337,16 @@ func TestCrossClientDoorbellRecords(t *testing.T) {
 	bcq, err := b.ctx.CreateCQ(16, nil)
 	require.NoError(t, err)
 
-	out := command(b.ctx, hca.NewIn(hca.CmdCreateCQ, hca.CQInSize).Put8(hca.CQInLogSize, 4).Put64(hca.CQInRing, b.mr.Addr).Put64(hca.CQInDBRec, foreign))
-	assert.Equal(t, hca.StatusBadParam, out.Status(), "B's CREATE_CQ with its doorbell record in A's memory")
-	out = command(b.ctx, hca.NewIn(hca.CmdCreateCQ, hca.CQInSize).Put8(hca.CQInLogSize, 4).Put64(hca.CQInRing, foreign).Put64(hca.CQInDBRec, b.mr.Addr))
-	assert.Equal(t, hca.StatusBadParam, out.Status(), "B's CREATE_CQ with its ring in A's memory")
+	out := command(b.ctx, ifc.NewIn(ifc.CmdCreateCQ, ifc.CQInSize).Put8(ifc.CQInLogSize, 4).Put64(ifc.CQInRing, b.mr.Addr).Put64(ifc.CQInDBRec, foreign))
+	assert.Equal(t, ifc.StatusBadParam, out.Status(), "B's CREATE_CQ with its doorbell record in A's memory")
+	out = command(b.ctx, ifc.NewIn(ifc.CmdCreateCQ, ifc.CQInSize).Put8(ifc.CQInLogSize, 4).Put64(ifc.CQInRing, foreign).Put64(ifc.CQInDBRec, b.mr.Addr))
+	assert.Equal(t, ifc.StatusBadParam, out.Status(), "B's CREATE_CQ with its ring in A's memory")
 	for _, db := range []uint64{foreign, foreign + 4} {
-		in := hca.NewIn(hca.CmdCreateQP, hca.QPInSize).Put32(hca.QPInPD, b.pd.Handle()).Put32(hca.QPInSendCQ, bcq.Handle()).Put32(hca.QPInRecvCQ, bcq.Handle())
-		in.Put8(hca.QPInLogSQ, 4).Put8(hca.QPInLogRQ, 4).Put8(hca.QPInLogStride, 5).Put32(hca.QPInFlags, hca.QPFlagDBHint)
-		in.Put64(hca.QPInSQ, b.mr.Addr).Put64(hca.QPInRQ, b.mr.Addr+0x4000).Put64(hca.QPInDBRec, db)
+		in := ifc.NewIn(ifc.CmdCreateQP, ifc.QPInSize).Put32(ifc.QPInPD, b.pd.Handle()).Put32(ifc.QPInSendCQ, bcq.Handle()).Put32(ifc.QPInRecvCQ, bcq.Handle())
+		in.Put8(ifc.QPInLogSQ, 4).Put8(ifc.QPInLogRQ, 4).Put8(ifc.QPInLogStride, 5).Put32(ifc.QPInFlags, ifc.QPFlagDBHint)
+		in.Put64(ifc.QPInSQ, b.mr.Addr).Put64(ifc.QPInRQ, b.mr.Addr+0x4000).Put64(ifc.QPInDBRec, db)
 		out := command(b.ctx, in)
-		assert.Equal(t, hca.StatusBadParam, out.Status(), "B's CREATE_QP with its doorbell record at %#x, in A's memory", db)
+		assert.Equal(t, ifc.StatusBadParam, out.Status(), "B's CREATE_QP with its doorbell record at %#x, in A's memory", db)
 	}
 	for i, x := range big {
 		require.Equal(t, byte(0xA5), x, "A's memory at %d", i)
@@ -440,8 +441,8 @@ func TestCrossClientBSF(t *testing.T) {
 	assert.Equal(t, verbs.WCSuccess, hcatest.Poll1(t, eb.scq).Status, "B's signature UMR with its own PSV")
 
 	for _, i := range apsv {
-		out := command(a.ctx, hca.NewIn(hca.CmdDestroyPSV, hca.PSVIdxOff+4).Put32(hca.PSVIdxOff, i))
-		require.Equal(t, hca.StatusOK, out.Status(), "A destroys its PSV %d: %v", i, out.Err(hca.CmdDestroyPSV))
+		out := command(a.ctx, ifc.NewIn(ifc.CmdDestroyPSV, ifc.PSVIdxOff+4).Put32(ifc.PSVIdxOff, i))
+		require.Equal(t, ifc.StatusOK, out.Status(), "A destroys its PSV %d: %v", i, out.Err(ifc.CmdDestroyPSV))
 	}
 }
 
@@ -456,15 +457,15 @@ func TestCrossClientQPN(t *testing.T) {
 	ea, ea2 := a.ep(t, nil), a.ep(t, nil)
 	connectEPs(t, ea, ea2, nil, nil)
 	qpn := ea.qp.QPN()
-	in := func(op uint16, n int) hca.In { return hca.NewIn(op, n).Put32(hca.QPNOff, qpn) }
-	for _, op := range []uint16{hca.CmdQueryQP, hca.CmdDestroyQP} {
-		out := command(b.ctx, in(op, hca.QPNOff+4))
-		assert.Equal(t, hca.StatusBadResource, out.Status(), "B's command %#x on A's QP %#x", op, qpn)
+	in := func(op uint16, n int) ifc.In { return ifc.NewIn(op, n).Put32(ifc.QPNOff, qpn) }
+	for _, op := range []uint16{ifc.CmdQueryQP, ifc.CmdDestroyQP} {
+		out := command(b.ctx, in(op, ifc.QPNOff+4))
+		assert.Equal(t, ifc.StatusBadResource, out.Status(), "B's command %#x on A's QP %#x", op, qpn)
 	}
-	for _, op := range []uint16{hca.CmdRST2INIT, hca.CmdINIT2INIT, hca.CmdINIT2RTR, hca.CmdRTR2RTS, hca.CmdRTS2RTS, hca.CmdSQERR2RTS,
-		hca.Cmd2ERR, hca.Cmd2RST, hca.CmdSQD2RTS, hca.CmdRTS2SQD} {
-		out := command(b.ctx, in(op, hca.QPModifyGIDSize))
-		assert.Equal(t, hca.StatusBadResource, out.Status(), "B's modify %#x of A's QP %#x", op, qpn)
+	for _, op := range []uint16{ifc.CmdRST2INIT, ifc.CmdINIT2INIT, ifc.CmdINIT2RTR, ifc.CmdRTR2RTS, ifc.CmdRTS2RTS, ifc.CmdSQERR2RTS,
+		ifc.Cmd2ERR, ifc.Cmd2RST, ifc.CmdSQD2RTS, ifc.CmdRTS2SQD} {
+		out := command(b.ctx, in(op, ifc.QPModifyGIDSize))
+		assert.Equal(t, ifc.StatusBadResource, out.Status(), "B's modify %#x of A's QP %#x", op, qpn)
 	}
 	bfn := b.ctx.Function()
 	bfn.RingSQ(qpn)
@@ -481,21 +482,21 @@ func TestCrossClientQPN(t *testing.T) {
 	idx := klm.Key(amr.LKey).Index()
 	for _, c := range []struct {
 		name string
-		in   hca.In
+		in   ifc.In
 	}{
-		{"DEALLOC_PD", hca.NewIn(hca.CmdDeallocPD, hca.PDOff+4).Put32(hca.PDOff, apd.Handle())},
-		{"DESTROY_MKEY", hca.NewIn(hca.CmdDestroyMkey, hca.MkeyIdxOff+4).Put32(hca.MkeyIdxOff, idx)},
-		{"QUERY_MKEY", hca.NewIn(hca.CmdQueryMkey, hca.MkeyIdxOff+4).Put32(hca.MkeyIdxOff, idx)},
+		{"DEALLOC_PD", ifc.NewIn(ifc.CmdDeallocPD, ifc.PDOff+4).Put32(ifc.PDOff, apd.Handle())},
+		{"DESTROY_MKEY", ifc.NewIn(ifc.CmdDestroyMkey, ifc.MkeyIdxOff+4).Put32(ifc.MkeyIdxOff, idx)},
+		{"QUERY_MKEY", ifc.NewIn(ifc.CmdQueryMkey, ifc.MkeyIdxOff+4).Put32(ifc.MkeyIdxOff, idx)},
 		{"CREATE_MKEY in A's PD", mkeyOver(apd.Handle(), b.mr.Addr, 4096)},
-		{"CREATE_PSV in A's PD", hca.NewIn(hca.CmdCreatePSV, hca.PSVInPDNum+4).Put32(hca.PSVInPDNum, 1<<28|apd.Handle())},
-		{"DESTROY_PSV", hca.NewIn(hca.CmdDestroyPSV, hca.PSVIdxOff+4).Put32(hca.PSVIdxOff, apsv[3])},
+		{"CREATE_PSV in A's PD", ifc.NewIn(ifc.CmdCreatePSV, ifc.PSVInPDNum+4).Put32(ifc.PSVInPDNum, 1<<28|apd.Handle())},
+		{"DESTROY_PSV", ifc.NewIn(ifc.CmdDestroyPSV, ifc.PSVIdxOff+4).Put32(ifc.PSVIdxOff, apsv[3])},
 	} {
 		out := command(b.ctx, c.in)
-		assert.Equal(t, hca.StatusBadResource, out.Status(), "B's %s with A's number: %v", c.name, out.Err(hca.CmdCreateMkey))
+		assert.Equal(t, ifc.StatusBadResource, out.Status(), "B's %s with A's number: %v", c.name, out.Err(ifc.CmdCreateMkey))
 	}
-	out := command(a.ctx, in(hca.CmdQueryQP, hca.QPNOff+4))
-	require.Equal(t, hca.StatusOK, out.Status())
-	require.Equal(t, uint8(hca.StateRTS), out[hca.QPOutState], "A's QP, as the device has it, after B's commands")
+	out := command(a.ctx, in(ifc.CmdQueryQP, ifc.QPNOff+4))
+	require.Equal(t, ifc.StatusOK, out.Status())
+	require.Equal(t, uint8(ifc.StateRTS), out[ifc.QPOutState], "A's QP, as the device has it, after B's commands")
 	writeWorks(t, "A's QP after B named it", ea, a, amr.Addr, amr.RKey, amr.Buf)
 	require.NoError(t, apd.Dealloc(), "A's PD B named")
 }

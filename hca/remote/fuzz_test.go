@@ -3,6 +3,8 @@ package remote_test
 import (
 	"encoding/binary"
 	"errors"
+	"github.com/hcasim/hcasim/hca/ifc"
+	"github.com/hcasim/hcasim/hca/remote/daemon"
 	"net"
 	"os"
 	"sync"
@@ -21,7 +23,7 @@ import (
 // same bytes, and its header describes it.
 func FuzzDecode(f *testing.F) {
 	f.Add(remote.Encode(nil, remote.TypeHello, 1, helloPayload(remote.Magic, remote.Version)))
-	f.Add(remote.Encode(nil, remote.TypeCommand, 2, hca.NewIn(hca.CmdQueryHCACap, 8)))
+	f.Add(remote.Encode(nil, remote.TypeCommand, 2, ifc.NewIn(ifc.CmdQueryHCACap, 8)))
 	f.Add(remote.Encode(nil, remote.TypeError, 0, []byte{0, 0, 0, 1, 'x'}))
 	f.Add(header(1, 1, 1, 8, make([]byte, 8)))
 	f.Add(header(2, 0, 1, 9, make([]byte, 8)))
@@ -49,7 +51,7 @@ func FuzzDecode(f *testing.F) {
 var fuzzd struct {
 	once sync.Once
 	err  error
-	srv  *remote.Server
+	srv  *daemon.Server
 	good *verbs.Context
 	cl   *remote.Client
 }
@@ -79,7 +81,7 @@ func fuzzDaemon(t testing.TB) {
 		caps.MaxMappedBytes = 16 << 20
 		caps.MaxQP, caps.MaxCQ = 64, 64
 		dev := hca.New(hca.Options{Caps: &caps, TimeScale: 1000})
-		fuzzd.srv = &remote.Server{Dev: dev, MaxMaps: 64}
+		fuzzd.srv = &daemon.Server{Dev: dev, MaxMaps: 64}
 		a, b, err := seqpacketPair()
 		if err != nil {
 			fuzzd.err = err
@@ -158,9 +160,9 @@ func typed(t remote.Type, payload []byte) []byte {
 // request sent, and a well-behaved client keeps working.
 func FuzzMessages(f *testing.F) {
 	hello := remote.Encode(nil, remote.TypeHello, 1, helloPayload(remote.Magic, remote.Version))
-	cq := hca.NewIn(hca.CmdCreateCQ, hca.CQInSize).Put8(hca.CQInLogSize, 4).Put64(hca.CQInRing, 1<<32).Put64(hca.CQInDBRec, 1<<32+4096)
-	f.Add(fzInput(0, fzPacket{0, hello}, fzPacket{fzEncode, typed(remote.TypeCommand, hca.NewIn(hca.CmdQueryHCACap, 8))}))
-	f.Add(fzInput(fzHello, fzPacket{fzEncode, typed(remote.TypeCommand, hca.NewIn(hca.CmdAllocPD, 8))}))
+	cq := ifc.NewIn(ifc.CmdCreateCQ, ifc.CQInSize).Put8(ifc.CQInLogSize, 4).Put64(ifc.CQInRing, 1<<32).Put64(ifc.CQInDBRec, 1<<32+4096)
+	f.Add(fzInput(0, fzPacket{0, hello}, fzPacket{fzEncode, typed(remote.TypeCommand, ifc.NewIn(ifc.CmdQueryHCACap, 8))}))
+	f.Add(fzInput(fzHello, fzPacket{fzEncode, typed(remote.TypeCommand, ifc.NewIn(ifc.CmdAllocPD, 8))}))
 	f.Add(fzInput(fzHello, fzPacket{fzEncode | fzFD, typed(remote.TypeMapMem, mapPayload(65536, 4096))},
 		fzPacket{fzEncode, typed(remote.TypeCommand, cq)},
 		fzPacket{fzEncode, typed(remote.TypeArmCQ, []byte{0, 0, 0, 1, 0, 0, 0, 0})},
@@ -306,7 +308,7 @@ func fuzzRead(c *net.UnixConn, ids map[uint32]bool) error {
 				return errors.New("an ERROR with status " + st.String())
 			}
 		case h.Type == remote.TypeCommand|remote.ReplyBit:
-			if len(p) < hca.OutHeaderSize {
+			if len(p) < ifc.OutHeaderSize {
 				return errors.New("a COMMAND reply shorter than a mailbox header")
 			}
 		case sizes[h.Type] != 0:

@@ -1,4 +1,4 @@
-// Package remote carries the device's function interface ([hca.Function])
+// Package remote carries the device's function interface ([ifc.Function])
 // over a Unix socket, so that the device can run as a daemon (hcasim
 // serve) shared by many client processes, each a function of its own.
 //
@@ -169,32 +169,32 @@ func Decode(p []byte) (Header, []byte, error) {
 	return h, p[HeaderSize:], nil
 }
 
-// Fixed payload sizes.
+// Fixed payload sizes (docs/PROTOCOL.md).
 const (
-	helloSize      = 8  // magic BE32, version BE16, reserved BE16
-	helloReplySize = 12 // status BE32, version BE16, LID BE16, max message BE32
-	mapSize        = 16 // size BE64, align BE32, reserved BE32
-	mapReplySize   = 16 // status BE32, reserved BE32, IOVA BE64
-	unmapSize      = 8  // IOVA BE64
-	statusSize     = 4  // status BE32
-	ringSize       = 4  // qpn BE32
-	armSize        = 8  // cqn BE32, arm word BE32
-	eventSize      = 8  // type u8, reserved [3], object BE32
+	HelloSize      = 8  // magic BE32, version BE16, reserved BE16
+	HelloReplySize = 12 // status BE32, version BE16, LID BE16, max message BE32
+	MapSize        = 16 // size BE64, align BE32, reserved BE32
+	MapReplySize   = 16 // status BE32, reserved BE32, IOVA BE64
+	UnmapSize      = 8  // IOVA BE64
+	StatusSize     = 4  // status BE32
+	RingSize       = 4  // qpn BE32
+	ArmSize        = 8  // cqn BE32, arm word BE32
+	EventSize      = 8  // type u8, reserved [3], object BE32
 )
 
 func be32(b []byte) uint32 { return binary.BigEndian.Uint32(b) }
 func be64(b []byte) uint64 { return binary.BigEndian.Uint64(b) }
 
-// errorPayload is an ERROR message's payload: status, then the reason.
-func errorPayload(st Status, reason string) []byte {
+// ErrorPayload is an ERROR message's payload: status, then the reason.
+func ErrorPayload(st Status, reason string) []byte {
 	b := binary.BigEndian.AppendUint32(nil, uint32(st))
 	return append(b, reason...)
 }
 
-// parseStatus reads a status-first payload (replies and ERROR).
-func parseStatus(p []byte) (Status, string, error) {
-	if len(p) < statusSize {
+// ParseStatus reads a status-first payload (replies and ERROR).
+func ParseStatus(p []byte) (Status, string, error) {
+	if len(p) < StatusSize {
 		return 0, "", fmt.Errorf("%d-byte status payload: %w", len(p), ErrMessage)
 	}
-	return Status(be32(p)), string(p[statusSize:]), nil
+	return Status(be32(p)), string(p[StatusSize:]), nil
 }

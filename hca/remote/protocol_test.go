@@ -2,6 +2,7 @@ package remote_test
 
 import (
 	"fmt"
+	"github.com/hcasim/hcasim/hca/ifc"
 	"testing"
 	"time"
 
@@ -24,7 +25,7 @@ import (
 func TestBeforeHello(t *testing.T) {
 	dev := hca.New(hca.Options{})
 	t.Cleanup(func() { dev.Close() })
-	path, _ := daemon(t, dev)
+	path, _ := serveDevice(t, dev)
 
 	r := dialRaw(t, path)
 	r.mustSend(make([]byte, 5))
@@ -32,7 +33,7 @@ func TestBeforeHello(t *testing.T) {
 	r.mustSend(header(uint16(remote.TypeCommand), 1, 3, 8, make([]byte, 8)))
 	r.expectError("reserved header bits before HELLO", 3, remote.StatusBadMessage)
 	fd := memfd(t, 4096, sealed)
-	r.mustSend(remote.Encode(nil, remote.TypeCommand, 4, hca.NewIn(hca.CmdQueryHCACap, 8)), fd)
+	r.mustSend(remote.Encode(nil, remote.TypeCommand, 4, ifc.NewIn(ifc.CmdQueryHCACap, 8)), fd)
 	r.expectError("a COMMAND with a descriptor before HELLO", 4, remote.StatusBadFD)
 	fd2 := memfd(t, 4096, sealed)
 	r.mustSend(remote.Encode(nil, remote.TypeHello, 5, helloPayload(remote.Magic, remote.Version)), fd, fd2)
@@ -58,7 +59,7 @@ func TestBeforeHello(t *testing.T) {
 func TestCheckOrder(t *testing.T) {
 	dev := hca.New(hca.Options{Caps: withMaxMapped(1 << 20)})
 	t.Cleanup(func() { dev.Close() })
-	path, _ := daemon(t, dev)
+	path, _ := serveDevice(t, dev)
 	r := dialRaw(t, path)
 	r.hello()
 	unsealed := func() []int { return []int{memfd(t, 4096, 0)} }
@@ -102,7 +103,7 @@ func TestCheckOrder(t *testing.T) {
 func TestReservedFields(t *testing.T) {
 	dev := hca.New(hca.Options{})
 	t.Cleanup(func() { dev.Close() })
-	path, _ := daemon(t, dev)
+	path, _ := serveDevice(t, dev)
 	for _, v := range []uint16{1, 0x8000} {
 		r := dialRaw(t, path)
 		p := helloPayload(remote.Magic, remote.Version)
@@ -131,13 +132,13 @@ func TestReservedFields(t *testing.T) {
 		r.probe("MAP_MEM with a reserved field set")
 	}
 	// A command mailbox's reserved header field (offset 4) is ignored.
-	in := hca.NewIn(hca.CmdQueryHCACap, 8)
+	in := ifc.NewIn(ifc.CmdQueryHCACap, 8)
 	in[4], in[5] = 0xFF, 0xFF
 	r.mustSend(remote.Encode(nil, remote.TypeCommand, 30, in))
 	h, p, err := r.recv(5 * time.Second)
 	require.NoError(t, err, "QUERY_HCA_CAP with its reserved field set")
 	require.Equal(t, remote.TypeCommand|remote.ReplyBit, h.Type, "QUERY_HCA_CAP with its reserved field set: %x", p)
-	require.Equal(t, hca.StatusOK, hca.Out(p).Status(), "QUERY_HCA_CAP with its reserved field set: %x", p)
+	require.Equal(t, ifc.StatusOK, ifc.Out(p).Status(), "QUERY_HCA_CAP with its reserved field set: %x", p)
 }
 
 // TestUnusableDescriptors: a descriptor that is a sealed memfd of the
@@ -147,7 +148,7 @@ func TestReservedFields(t *testing.T) {
 func TestUnusableDescriptors(t *testing.T) {
 	dev := hca.New(hca.Options{})
 	t.Cleanup(func() { dev.Close() })
-	path, _ := daemon(t, dev)
+	path, _ := serveDevice(t, dev)
 	r := dialRaw(t, path)
 	r.hello()
 	reopen := func(mode int) func() int {

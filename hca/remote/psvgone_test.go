@@ -1,12 +1,12 @@
 package remote_test
 
 import (
+	"github.com/hcasim/hcasim/hca/ifc"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/hcasim/hcasim/hca"
 	"github.com/hcasim/hcasim/hca/hcatest"
 	"github.com/hcasim/hcasim/hca/verbs"
 	"github.com/hcasim/hcasim/psv"
@@ -36,8 +36,8 @@ func TestSignatureKeyPSVDestroyed(t *testing.T) {
 	post(t, e, write(2, verbs.SGE{Addr: 0, Length: 520, LKey: mr.LKey}, b.mr.Addr+8192, b.mr.RKey))
 	require.Equal(t, verbs.WCSuccess, hcatest.Poll1(t, e.scq).Status, "WRITE through the key with its PSV")
 
-	out := command(b.ctx, hca.NewIn(hca.CmdDestroyPSV, hca.PSVIdxOff+4).Put32(hca.PSVIdxOff, spare))
-	require.Equal(t, hca.StatusOK, out.Status(), "DESTROY_PSV: %v", out.Err(hca.CmdDestroyPSV))
+	out := command(b.ctx, ifc.NewIn(ifc.CmdDestroyPSV, ifc.PSVIdxOff+4).Put32(ifc.PSVIdxOff, spare))
+	require.Equal(t, ifc.StatusOK, out.Status(), "DESTROY_PSV: %v", out.Err(ifc.CmdDestroyPSV))
 	e = loopback(t, b, false)
 	post(t, e, write(3, verbs.SGE{Addr: 0, Length: 520, LKey: mr.LKey}, b.mr.Addr+8192, b.mr.RKey))
 	assert.Equal(t, verbs.WCLocProtErr, hcatest.Poll1(t, e.scq).Status, "WRITE through the key after its PSV was destroyed")

@@ -3,6 +3,8 @@ package remote_test
 import (
 	"bytes"
 	"context"
+	"github.com/hcasim/hcasim/hca/ifc"
+	"github.com/hcasim/hcasim/hca/remote/daemon"
 	"os/exec"
 	"path/filepath"
 	"sync"
@@ -22,9 +24,9 @@ func pyDaemon(t *testing.T) string {
 	dev := hca.New(hca.Options{})
 	t.Cleanup(func() { dev.Close() })
 	path := filepath.Join(t.TempDir(), "hcasim.sock")
-	l, err := remote.Listen(path)
+	l, err := daemon.Listen(path)
 	require.NoError(t, err)
-	s := &remote.Server{Dev: dev}
+	s := &daemon.Server{Dev: dev}
 	done := make(chan error, 1)
 	go func() { done <- s.Serve(l) }()
 	t.Cleanup(func() {
@@ -74,8 +76,8 @@ func TestPyClient(t *testing.T) {
 	wg.Wait()
 	c, err := remote.Dial(sock)
 	require.NoError(t, err, "dial after the Python clients")
-	out := hca.Out(c.Command(hca.NewIn(hca.CmdQueryHCACap, hca.InHeaderSize)))
-	assert.Equal(t, hca.StatusOK, out.Status(), "QUERY_HCA_CAP after the Python clients: %v", out.Err(hca.CmdQueryHCACap))
+	out := ifc.Out(c.Command(ifc.NewIn(ifc.CmdQueryHCACap, ifc.InHeaderSize)))
+	assert.Equal(t, ifc.StatusOK, out.Status(), "QUERY_HCA_CAP after the Python clients: %v", out.Err(ifc.CmdQueryHCACap))
 	c.Close()
 }
 

@@ -1,6 +1,7 @@
 package remote_test
 
 import (
+	"github.com/hcasim/hcasim/hca/remote/daemon"
 	"math/rand/v2"
 	"net/netip"
 	"testing"
@@ -10,14 +11,13 @@ import (
 
 	"github.com/hcasim/hcasim/hca"
 	"github.com/hcasim/hcasim/hca/hcatest"
-	"github.com/hcasim/hcasim/hca/remote"
 	"github.com/hcasim/hcasim/hca/verbs"
 )
 
 // daemon starts a server for dev on a fresh socket and returns its path.
-func daemon(t testing.TB, dev *hca.Device) (string, *remote.Server) {
+func serveDevice(t testing.TB, dev *hca.Device) (string, *daemon.Server) {
 	t.Helper()
-	s := &remote.Server{Dev: dev}
+	s := &daemon.Server{Dev: dev}
 	return serveWith(t, s), s
 }
 
@@ -39,7 +39,7 @@ func TestSuiteOverSocket(t *testing.T) {
 	fabric := hca.NewFabric()
 	dev := hca.New(hca.Options{TimeScale: 4, Fabric: fabric, Poll: 50 * time.Microsecond})
 	t.Cleanup(func() { dev.Close() })
-	path, _ := daemon(t, dev)
+	path, _ := serveDevice(t, dev)
 	hcatest.RunOptions(t, hcatest.Options{Local: dialer(path), WireHook: fabric.SetWireHook})
 }
 
@@ -54,7 +54,7 @@ func TestSuiteMixed(t *testing.T) {
 	fabric := hca.NewFabric()
 	dev := hca.New(hca.Options{TimeScale: 4, Fabric: fabric})
 	t.Cleanup(func() { dev.Close() })
-	path, _ := daemon(t, dev)
+	path, _ := serveDevice(t, dev)
 	local := func(t testing.TB) *verbs.Context {
 		ctx, err := verbs.Open(dev)
 		require.NoError(t, err)
@@ -77,7 +77,7 @@ func TestSuiteTwoDaemons(t *testing.T) {
 		dev := hca.New(hca.Options{Fabric: fabrics[i], LID: uint16(2 + i), Poll: 50 * time.Microsecond}) // the real ACK timeout (see hcatest's wirePair)
 		t.Cleanup(func() { dev.Close() })
 		require.NoError(t, dev.ListenRoCE(hca.WireOptions{Addr: netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, x, y, byte(2 + i)}), 4791)}))
-		paths[i], _ = daemon(t, dev)
+		paths[i], _ = serveDevice(t, dev)
 	}
 	hook := func(h func(*hca.WireMsg)) { fabrics[0].SetWireHook(h); fabrics[1].SetWireHook(h) }
 	hcatest.RunOptions(t, hcatest.Options{Local: dialer(paths[0]), Remote: dialer(paths[1]), WireHook: hook})

@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/hcasim/hcasim/hca/ifc"
+	"github.com/hcasim/hcasim/hca/remote/daemon"
 	"net"
 	"os"
 	"strings"
@@ -237,7 +239,7 @@ func header(typ uint16, reserved uint16, id uint32, length uint32, payload []byt
 func TestMalformedMessages(t *testing.T) {
 	dev := hca.New(hca.Options{})
 	t.Cleanup(func() { dev.Close() })
-	path, _ := daemon(t, dev)
+	path, _ := serveDevice(t, dev)
 	longLived := dial(t, path)
 
 	// Refused, the connection goes on.
@@ -300,8 +302,8 @@ func TestMalformedMessages(t *testing.T) {
 			id := uint32(40 + i)
 			r.mustSend(remote.Encode(nil, remote.TypeCommand, id, in))
 			p := r.expectReply(fmt.Sprintf("COMMAND %d", i), remote.TypeCommand, id)
-			require.GreaterOrEqual(t, len(p), hca.OutHeaderSize, "COMMAND %d: %x", i, p)
-			assert.NotEqual(t, hca.StatusOK, hca.Out(p).Status(), "COMMAND of %d garbage bytes succeeded", len(in))
+			require.GreaterOrEqual(t, len(p), ifc.OutHeaderSize, "COMMAND %d: %x", i, p)
+			assert.NotEqual(t, ifc.StatusOK, ifc.Out(p).Status(), "COMMAND of %d garbage bytes succeeded", len(in))
 		}
 		// A descriptor with a message other than MAP_MEM is refused, and
 		// closed.
@@ -330,7 +332,7 @@ func TestMalformedMessages(t *testing.T) {
 		st     remote.Status
 		noRepl bool // closed without an ERROR
 	}{
-		{name: "COMMAND before HELLO", pkt: remote.Encode(nil, remote.TypeCommand, 3, hca.NewIn(hca.CmdQueryHCACap, 8)), id: 3, st: remote.StatusNotReady},
+		{name: "COMMAND before HELLO", pkt: remote.Encode(nil, remote.TypeCommand, 3, ifc.NewIn(ifc.CmdQueryHCACap, 8)), id: 3, st: remote.StatusNotReady},
 		{name: "UNMAP before HELLO", pkt: remote.Encode(nil, remote.TypeUnmap, 4, make([]byte, 8)), id: 4, st: remote.StatusNotReady},
 		{name: "RING_SQ before HELLO", pkt: remote.Encode(nil, remote.TypeRingSQ, 0, make([]byte, 4)), id: 0, st: remote.StatusNotReady},
 		{name: "unknown type before HELLO", pkt: remote.Encode(nil, 0x99, 5, nil), id: 5, st: remote.StatusNotReady},
@@ -395,7 +397,7 @@ func TestMalformedMessages(t *testing.T) {
 }
 
 // serveWith is daemon with a server of the caller's.
-func serveWith(t testing.TB, s *remote.Server) string {
+func serveWith(t testing.TB, s *daemon.Server) string {
 	t.Helper()
 	path, done := startServe(t, s)
 	t.Cleanup(func() {
@@ -407,10 +409,10 @@ func serveWith(t testing.TB, s *remote.Server) string {
 
 // startServe serves s on a new socket; Serve's result arrives on the
 // channel (the caller shuts the server down).
-func startServe(t testing.TB, s *remote.Server) (string, <-chan error) {
+func startServe(t testing.TB, s *daemon.Server) (string, <-chan error) {
 	t.Helper()
 	path := t.TempDir() + "/hcasim.sock"
-	l, err := remote.Listen(path)
+	l, err := daemon.Listen(path)
 	require.NoError(t, err)
 	done := make(chan error, 1)
 	go func() { done <- s.Serve(l) }()
@@ -441,7 +443,7 @@ func waitFDs(t testing.TB, n int) {
 func TestBadDescriptors(t *testing.T) {
 	dev := hca.New(hca.Options{Caps: withMaxMapped(64 << 20)})
 	t.Cleanup(func() { dev.Close() })
-	path, _ := daemon(t, dev)
+	path, _ := serveDevice(t, dev)
 	longLived := dial(t, path)
 	r := dialRaw(t, path)
 	r.hello()
@@ -592,7 +594,7 @@ func dmaMappings(t testing.TB) int {
 	return strings.Count(string(b), "memfd:hcasim-dma") + strings.Count(string(b), "memfd:robust-test")
 }
 
-func withMaxMapped(n uint64) *hca.Caps {
+func withMaxMapped(n uint64) *ifc.Caps {
 	c := hca.ConnectX5Caps
 	c.MaxMappedBytes = n
 	return &c
@@ -688,7 +690,7 @@ func allZero(b []byte) bool {
 func TestUnmappedIOVAs(t *testing.T) {
 	dev := hca.New(hca.Options{TimeScale: 4})
 	t.Cleanup(func() { dev.Close() })
-	path, _ := daemon(t, dev)
+	path, _ := serveDevice(t, dev)
 	b := newNode(t, dial(t, path), 8<<20, verbs.AccessLocalWrite|verbs.AccessRemoteWrite|verbs.AccessRemoteRead)
 	for i := range b.buf {
 		b.buf[i] = 0xB5
@@ -697,10 +699,10 @@ func TestUnmappedIOVAs(t *testing.T) {
 	// anything A maps in this test.
 	foreign := b.mr.Addr + 6<<20
 	a := newNode(t, dial(t, path), 1<<16, verbs.AccessLocalWrite)
-	cmd := func(in hca.In) hca.Out { return hca.Out(a.ctx.Function().Command(in)) }
+	cmd := func(in ifc.In) ifc.Out { return ifc.Out(a.ctx.Function().Command(in)) }
 	for _, addr := range []uint64{foreign, 0, 0x1000, 1 << 62, ^uint64(0) &^ 0xFFF} {
-		out := cmd(hca.NewIn(hca.CmdCreateCQ, hca.CQInSize).Put8(hca.CQInLogSize, 4).Put64(hca.CQInRing, addr).Put64(hca.CQInDBRec, addr+4096))
-		if out.Status() == hca.StatusOK {
+		out := cmd(ifc.NewIn(ifc.CmdCreateCQ, ifc.CQInSize).Put8(ifc.CQInLogSize, 4).Put64(ifc.CQInRing, addr).Put64(ifc.CQInDBRec, addr+4096))
+		if out.Status() == ifc.StatusOK {
 			t.Errorf("CREATE_CQ with its ring at %#x (not mapped by the function) succeeded", addr)
 		}
 	}
@@ -709,20 +711,20 @@ func TestUnmappedIOVAs(t *testing.T) {
 	require.NoError(t, err)
 	amr, err := a.pd.RegMR(abuf, verbs.AccessLocalWrite)
 	require.NoError(t, err)
-	if out := cmd(hca.NewIn(hca.CmdCreateCQ, hca.CQInSize).Put8(hca.CQInLogSize, 4).Put64(hca.CQInRing, amr.Addr).Put64(hca.CQInDBRec, foreign)); out.Status() == hca.StatusOK {
+	if out := cmd(ifc.NewIn(ifc.CmdCreateCQ, ifc.CQInSize).Put8(ifc.CQInLogSize, 4).Put64(ifc.CQInRing, amr.Addr).Put64(ifc.CQInDBRec, foreign)); out.Status() == ifc.StatusOK {
 		t.Errorf("CREATE_CQ with its doorbell record at %#x (B's) succeeded", foreign)
 	}
 	// A ring that runs off the end of A's memory.
-	if out := cmd(hca.NewIn(hca.CmdCreateCQ, hca.CQInSize).Put8(hca.CQInLogSize, 12).Put64(hca.CQInRing, amr.Addr).Put64(hca.CQInDBRec, amr.Addr)); out.Status() == hca.StatusOK {
+	if out := cmd(ifc.NewIn(ifc.CmdCreateCQ, ifc.CQInSize).Put8(ifc.CQInLogSize, 12).Put64(ifc.CQInRing, amr.Addr).Put64(ifc.CQInDBRec, amr.Addr)); out.Status() == ifc.StatusOK {
 		t.Errorf("CREATE_CQ with a 256 KiB ring in 64 KiB of memory succeeded")
 	}
 	scq, err := a.ctx.CreateCQ(16, nil)
 	require.NoError(t, err)
 	for _, q := range []struct{ sq, rq, db uint64 }{{foreign, amr.Addr, amr.Addr + 0x8000}, {amr.Addr, foreign, amr.Addr + 0x8000}, {amr.Addr, amr.Addr + 0x4000, foreign}, {0, 0, 0}} {
-		in := hca.NewIn(hca.CmdCreateQP, hca.QPInSize).Put32(hca.QPInPD, a.pd.Handle()).Put32(hca.QPInSendCQ, scq.Handle()).Put32(hca.QPInRecvCQ, scq.Handle())
-		in.Put8(hca.QPInLogSQ, 6).Put8(hca.QPInLogRQ, 6).Put8(hca.QPInLogStride, 5)
-		in.Put64(hca.QPInSQ, q.sq).Put64(hca.QPInRQ, q.rq).Put64(hca.QPInDBRec, q.db)
-		if out := cmd(in); out.Status() == hca.StatusOK {
+		in := ifc.NewIn(ifc.CmdCreateQP, ifc.QPInSize).Put32(ifc.QPInPD, a.pd.Handle()).Put32(ifc.QPInSendCQ, scq.Handle()).Put32(ifc.QPInRecvCQ, scq.Handle())
+		in.Put8(ifc.QPInLogSQ, 6).Put8(ifc.QPInLogRQ, 6).Put8(ifc.QPInLogStride, 5)
+		in.Put64(ifc.QPInSQ, q.sq).Put64(ifc.QPInRQ, q.rq).Put64(ifc.QPInDBRec, q.db)
+		if out := cmd(in); out.Status() == ifc.StatusOK {
 			t.Errorf("CREATE_QP with SQ %#x RQ %#x DBR %#x (some not A's) succeeded", q.sq, q.rq, q.db)
 		}
 	}
@@ -730,8 +732,8 @@ func TestUnmappedIOVAs(t *testing.T) {
 	// checked at access, as hardware does), but using it fails with a
 	// local protection error and B's memory is untouched.
 	out := cmd(mkeyOver(a.pd.Handle(), foreign, 1<<16))
-	if out.Status() == hca.StatusOK {
-		key := uint32(klm.MakeKey(out.U32(hca.MkeyOutIdx), 0x42))
+	if out.Status() == ifc.StatusOK {
+		key := uint32(klm.MakeKey(out.U32(ifc.MkeyOutIdx), 0x42))
 		c := newNode(t, dial(t, path), 1<<16, verbs.AccessLocalWrite|verbs.AccessRemoteWrite|verbs.AccessRemoteRead)
 		ea, ec := a.ep(t, nil), c.ep(t, nil)
 		connectEPs(t, ea, ec, &verbs.ConnectOptions{Timeout: 8, RetryCnt: 1}, nil)
@@ -747,7 +749,7 @@ func TestUnmappedIOVAs(t *testing.T) {
 			t.Errorf("C's memory changed")
 		}
 	} else {
-		t.Logf("CREATE_MKEY over B's addresses refused: %v", out.Err(hca.CmdCreateMkey))
+		t.Logf("CREATE_MKEY over B's addresses refused: %v", out.Err(ifc.CmdCreateMkey))
 	}
 	for i, x := range b.buf {
 		if x != 0xB5 {
@@ -759,18 +761,18 @@ func TestUnmappedIOVAs(t *testing.T) {
 
 // mkeyOver builds a CREATE_MKEY input: an MTT key with local read and
 // write over [addr, addr+n) (whole pages), variant 0x42.
-func mkeyOver(pd uint32, addr uint64, n int) hca.In {
+func mkeyOver(pd uint32, addr uint64, n int) ifc.In {
 	npages := (n + 4095) / 4096
 	xlt := make([]byte, (npages+1)/2*klm.OctowordSize)
 	for i := range npages {
 		klm.MTT(xlt[i*klm.MTTSize:]).Encode(&klm.MTTFields{Addr: addr + uint64(i)<<12, Read: true, Write: true})
 	}
-	in := hca.NewIn(hca.CmdCreateMkey, hca.MkeyInXLT+len(xlt))
-	umr.MkeySeg(in[hca.MkeyInCtx:hca.MkeyInXLT]).Encode(&umr.MkeyFields{
+	in := ifc.NewIn(ifc.CmdCreateMkey, ifc.MkeyInXLT+len(xlt))
+	umr.MkeySeg(in[ifc.MkeyInCtx:ifc.MkeyInXLT]).Encode(&umr.MkeyFields{
 		Mode: klm.ModeMTT, Access: klm.LocalRead | klm.LocalWrite, QPN: 0xFFFFFF, Variant: 0x42, PD: pd,
 		StartAddr: addr, Len: uint64(n), XLTOctowords: uint32(len(xlt) / klm.OctowordSize), LogPageSize: 12,
 	})
-	copy(in[hca.MkeyInXLT:], xlt)
+	copy(in[ifc.MkeyInXLT:], xlt)
 	return in
 }
 
@@ -781,7 +783,7 @@ func mkeyOver(pd uint32, addr uint64, n int) hca.In {
 func TestForeignKeys(t *testing.T) {
 	dev := hca.New(hca.Options{TimeScale: 4})
 	t.Cleanup(func() { dev.Close() })
-	path, _ := daemon(t, dev)
+	path, _ := serveDevice(t, dev)
 	const all = verbs.AccessLocalWrite | verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic
 	// B registers several MRs so that its keys are not keys of A or C.
 	b := newNode(t, dial(t, path), 1<<16, all)
@@ -857,7 +859,7 @@ func TestForeignKeys(t *testing.T) {
 // WQEs are in the ring and the doorbell record, but the device is not
 // told.
 type heldRings struct {
-	hca.Function
+	ifc.Function
 	hold atomic.Bool
 }
 
@@ -872,7 +874,7 @@ func (h *heldRings) RingSQ(qpn uint32) {
 func TestForeignDoorbells(t *testing.T) {
 	dev := hca.New(hca.Options{TimeScale: 4})
 	t.Cleanup(func() { dev.Close() })
-	path, _ := daemon(t, dev)
+	path, _ := serveDevice(t, dev)
 	const all = verbs.AccessLocalWrite | verbs.AccessRemoteWrite | verbs.AccessRemoteRead
 	cl, err := remote.Dial(path)
 	require.NoError(t, err)
@@ -951,7 +953,7 @@ func TestForeignDoorbells(t *testing.T) {
 func TestPeerDies(t *testing.T) {
 	dev := hca.New(hca.Options{TimeScale: 4})
 	t.Cleanup(func() { dev.Close() })
-	path, _ := daemon(t, dev)
+	path, _ := serveDevice(t, dev)
 	const all = verbs.AccessLocalWrite | verbs.AccessRemoteWrite | verbs.AccessRemoteRead | verbs.AccessRemoteAtomic
 	const size = 4 << 20
 	const chunk = 256 << 10
@@ -1070,7 +1072,7 @@ func TestPeerDies(t *testing.T) {
 func TestMaxMaps(t *testing.T) {
 	dev := hca.New(hca.Options{})
 	t.Cleanup(func() { dev.Close() })
-	path := serveWith(t, &remote.Server{Dev: dev, MaxMaps: 3})
+	path := serveWith(t, &daemon.Server{Dev: dev, MaxMaps: 3})
 	for range 2 {
 		cl, err := remote.Dial(path)
 		require.NoError(t, err)
@@ -1102,7 +1104,7 @@ func TestMaxMaps(t *testing.T) {
 func TestMaxMappedBytes(t *testing.T) {
 	dev := hca.New(hca.Options{Caps: withMaxMapped(1 << 20)})
 	t.Cleanup(func() { dev.Close() })
-	path, _ := daemon(t, dev)
+	path, _ := serveDevice(t, dev)
 	a, err := remote.Dial(path)
 	require.NoError(t, err)
 	defer a.Close()
@@ -1141,7 +1143,7 @@ func TestObjectLimits(t *testing.T) {
 	caps.MaxCQ, caps.MaxQP, caps.MaxPD = 2, 1, 2
 	dev := hca.New(hca.Options{Caps: &caps})
 	t.Cleanup(func() { dev.Close() })
-	path, _ := daemon(t, dev)
+	path, _ := serveDevice(t, dev)
 	for range 2 {
 		ctx := dial(t, path)
 		pd, err := ctx.AllocPD()
@@ -1149,7 +1151,7 @@ func TestObjectLimits(t *testing.T) {
 		if _, err := ctx.AllocPD(); err != nil {
 			t.Fatal(err)
 		}
-		var ce *hca.CmdError
+		var ce *ifc.CmdError
 		if _, err := ctx.AllocPD(); !errors.As(err, &ce) {
 			t.Errorf("a 3rd PD with MaxPD 2: %v", err)
 		}
@@ -1181,7 +1183,7 @@ func TestObjectLimits(t *testing.T) {
 func TestListen(t *testing.T) {
 	dir := t.TempDir()
 	path := dir + "/hcasim.sock"
-	l, err := remote.Listen(path)
+	l, err := daemon.Listen(path)
 	require.NoError(t, err)
 	fi, err := os.Lstat(path)
 	require.NoError(t, err)
@@ -1191,10 +1193,10 @@ func TestListen(t *testing.T) {
 	// A live daemon's socket.
 	dev := hca.New(hca.Options{})
 	t.Cleanup(func() { dev.Close() })
-	s := &remote.Server{Dev: dev}
+	s := &daemon.Server{Dev: dev}
 	done := make(chan error, 1)
 	go func() { done <- s.Serve(l) }()
-	if _, err := remote.Listen(path); err == nil {
+	if _, err := daemon.Listen(path); err == nil {
 		t.Errorf("Listen replaced a live daemon's socket")
 	}
 	healthy(t, path)
@@ -1208,13 +1210,13 @@ func TestListen(t *testing.T) {
 	require.NoError(t, err)
 	sl.SetUnlinkOnClose(false)
 	sl.Close()
-	l2, err := remote.Listen(stale)
+	l2, err := daemon.Listen(stale)
 	require.NoError(t, err, "Listen over a stale socket")
 	l2.Close()
 	// Not sockets.
 	regular := dir + "/file"
 	require.NoError(t, os.WriteFile(regular, []byte("keep me"), 0o644))
-	if _, err := remote.Listen(regular); err == nil {
+	if _, err := daemon.Listen(regular); err == nil {
 		t.Errorf("Listen replaced a regular file")
 	}
 	if b, err := os.ReadFile(regular); err != nil || string(b) != "keep me" {
@@ -1222,12 +1224,12 @@ func TestListen(t *testing.T) {
 	}
 	sub := dir + "/dir"
 	os.Mkdir(sub, 0o755)
-	if _, err := remote.Listen(sub); err == nil {
+	if _, err := daemon.Listen(sub); err == nil {
 		t.Errorf("Listen replaced a directory")
 	}
 	link := dir + "/link"
 	os.Symlink(regular, link)
-	if _, err := remote.Listen(link); err == nil {
+	if _, err := daemon.Listen(link); err == nil {
 		t.Errorf("Listen replaced a symlink")
 	}
 	if _, err := os.Lstat(link); err != nil {
@@ -1247,7 +1249,7 @@ func TestListen(t *testing.T) {
 func TestShutdown(t *testing.T) {
 	dev := hca.New(hca.Options{TimeScale: 4})
 	t.Cleanup(func() { dev.Close() })
-	s := &remote.Server{Dev: dev}
+	s := &daemon.Server{Dev: dev}
 	path, done := startServe(t, s)
 	const all = verbs.AccessLocalWrite | verbs.AccessRemoteWrite | verbs.AccessRemoteRead
 	a := newNode(t, dial(t, path), 1<<16, all)
@@ -1334,7 +1336,7 @@ func TestShutdown(t *testing.T) {
 func TestHeldAddressSpace(t *testing.T) {
 	dev := hca.New(hca.Options{})
 	t.Cleanup(func() { dev.Close() })
-	path := serveWith(t, &remote.Server{Dev: dev, MaxMaps: 4, MaxHeldBytes: 1 << 20})
+	path := serveWith(t, &daemon.Server{Dev: dev, MaxMaps: 4, MaxHeldBytes: 1 << 20})
 	cl, err := remote.Dial(path)
 	require.NoError(t, err)
 	defer cl.Close()
@@ -1389,7 +1391,7 @@ func TestShutdownGrace(t *testing.T) {
 	for _, leave := range []bool{false, true} {
 		dev := hca.New(hca.Options{TimeScale: 4})
 		t.Cleanup(func() { dev.Close() })
-		s := &remote.Server{Dev: dev}
+		s := &daemon.Server{Dev: dev}
 		path, done := startServe(t, s)
 		const all = verbs.AccessLocalWrite | verbs.AccessRemoteWrite | verbs.AccessRemoteRead
 		ctx, err := verbs.Dial(path)
@@ -1478,10 +1480,10 @@ func TestMemoryBudgets(t *testing.T) {
 	caps.FuncMemBytes, caps.DevMemBytes = 4<<20, 6<<20
 	dev := hca.New(hca.Options{Caps: &caps})
 	t.Cleanup(func() { dev.Close() })
-	path, _ := daemon(t, dev)
+	path, _ := serveDevice(t, dev)
 	exceeded := func(err error) bool {
-		var ce *hca.CmdError
-		return errors.As(err, &ce) && ce.Status == hca.StatusExceedLim
+		var ce *ifc.CmdError
+		return errors.As(err, &ce) && ce.Status == ifc.StatusExceedLim
 	}
 	// fill allocates 64 KiB-translation MRs on ctx until one is refused.
 	fill := func(ctx *verbs.Context) (int, error) {

@@ -2,6 +2,7 @@ package verbs_test
 
 import (
 	"errors"
+	"github.com/hcasim/hcasim/hca/ifc"
 	"testing"
 	"time"
 
@@ -201,9 +202,9 @@ func TestMkeyTableFull(t *testing.T) {
 			break
 		}
 	}
-	var ce *hca.CmdError
+	var ce *ifc.CmdError
 	require.True(t, errors.As(err, &ce), "%v", err)
-	assert.Equal(t, hca.StatusExceedLim, ce.Status)
+	assert.Equal(t, ifc.StatusExceedLim, ce.Status)
 }
 
 // A guard error's CQE carries the whole T10 transient signature: the app

@@ -10,7 +10,7 @@
 // MR.CheckMRStatus reports a signature error only once the CQ that
 // carried its SIG_ERR CQE has been polled.
 //
-// It is a driver in the hardware sense: it talks to an [hca.Function] only
+// It is a driver in the hardware sense: it talks to an [ifc.Function] only
 // through the command mailbox, DMA memory, doorbells and events, writes
 // real mlx5 WQEs into the rings and parses real CQEs, building them as
 // mlx5's own driver does (field values, DS counts, fences).
@@ -19,13 +19,13 @@ package verbs
 import (
 	"errors"
 	"fmt"
+	"github.com/hcasim/hcasim/hca/ifc"
 	"sync"
 	"sync/atomic"
 	"unsafe"
 
 	"golang.org/x/sync/errgroup"
 
-	"github.com/hcasim/hcasim/hca"
 	"github.com/hcasim/hcasim/hca/remote"
 )
 
@@ -47,8 +47,8 @@ var (
 // Context is an open device function: the driver instance. It is safe for
 // concurrent use; its objects document their own rules.
 type Context struct {
-	fn   hca.Function
-	caps hca.Caps
+	fn   ifc.Function
+	caps ifc.Caps
 	lid  uint16
 	gid  [16]byte
 
@@ -61,7 +61,7 @@ type Context struct {
 	sigMRs  map[uint32]*MR   // signature keys by index, for SIG_ERR CQEs
 	mrs     map[uint32]*MR   // RegMR and fast-registration MRs by key index (MapSGPI's checks)
 	mkeys   map[uint32]*Mkey // signature mkeys (CreateMkey) by index
-	async   chan hca.Event
+	async   chan ifc.Event
 	stopEv  chan struct{}
 	events  errgroup.Group // the event forwarder; Close waits for it
 	variant uint8          // key variants handed to new mkeys
@@ -77,9 +77,9 @@ type allocation struct {
 	iova uint64
 }
 
-// Open opens a new function of an in-process device.
-func Open(dev *hca.Device) (*Context, error) {
-	fn, err := dev.Open()
+// Open opens a new function of a device (in process: an *hca.Device).
+func Open(dev ifc.Opener) (*Context, error) {
+	fn, err := dev.OpenFunction()
 	if err != nil {
 		return nil, err
 	}
@@ -87,68 +87,68 @@ func Open(dev *hca.Device) (*Context, error) {
 }
 
 // New returns a context over a function (in process, or a socket client).
-func New(fn hca.Function) (*Context, error) {
+func New(fn ifc.Function) (*Context, error) {
 	c := &Context{fn: fn, qps: map[uint32]*QP{}, cqs: map[uint32]*CQ{}, sigMRs: map[uint32]*MR{}, mrs: map[uint32]*MR{},
-		async: make(chan hca.Event, 256), stopEv: make(chan struct{}), lost: make(chan struct{})}
-	out := hca.Out(fn.Command(hca.NewIn(hca.CmdQueryHCACap, hca.InHeaderSize)))
-	if err := out.Err(hca.CmdQueryHCACap); err != nil {
+		async: make(chan ifc.Event, 256), stopEv: make(chan struct{}), lost: make(chan struct{})}
+	out := ifc.Out(fn.Command(ifc.NewIn(ifc.CmdQueryHCACap, ifc.InHeaderSize)))
+	if err := out.Err(ifc.CmdQueryHCACap); err != nil {
 		return nil, err
 	}
 	c.caps = capsFrom(out)
-	c.lid = uint16(out.U32(hca.CapOutLID) >> 16)
-	if len(out) >= hca.CapOutGID+16 {
-		copy(c.gid[:], out[hca.CapOutGID:])
+	c.lid = uint16(out.U32(ifc.CapOutLID) >> 16)
+	if len(out) >= ifc.CapOutGID+16 {
+		copy(c.gid[:], out[ifc.CapOutGID:])
 	}
 	c.events.Go(func() error { c.forward(); return nil })
 	return c, nil
 }
 
-func capsFrom(o hca.Out) hca.Caps {
-	in := hca.In(o)
-	var c hca.Caps
-	c.MaxPD, c.MaxCQ, c.MaxQP, c.MaxPSV = in.U32(hca.CapOutMaxPD), in.U32(hca.CapOutMaxCQ), in.U32(hca.CapOutMaxQP), in.U32(hca.CapOutMaxPSV)
-	c.Mkey.MaxMkeys = in.U32(hca.CapOutMaxMkeys)
-	c.LogMaxCQSize, c.LogMaxSQSize, c.LogMaxRQSize = in.U8(hca.CapOutLogSizes), in.U8(hca.CapOutLogSizes+1), in.U8(hca.CapOutLogSizes+2)
-	c.Mkey.LogMaxKLMListSize = in.U8(hca.CapOutLogSizes + 3)
-	c.MaxSGE, c.Mkey.MaxIndirection, c.MaxRDAtomic = in.U16(hca.CapOutMaxSGE), in.U8(hca.CapOutMaxIndir), in.U8(hca.CapOutMaxRDAtomic)
-	c.MaxInline = in.U32(hca.CapOutMaxInline)
-	c.SignatureHandover = in.U8(hca.CapOutFlags+3)&hca.CapFlagSigHandover != 0
-	c.UMRFence = in.U8(hca.CapOutUMRFence) >> 4
-	c.Mkey.MaxRepeatEntries = in.U16(hca.CapOutRepeatEnts)
-	c.Mkey.MinLogPageSize, c.Mkey.MaxLogPageSize = in.U8(hca.CapOutMinLogPage), in.U8(hca.CapOutMaxLogPage)
-	c.MaxMappedBytes = in.U64(hca.CapOutMaxMapped)
-	c.FuncMemBytes, c.DevMemBytes = in.U64(hca.CapOutFuncMem), in.U64(hca.CapOutDevMem)
+func capsFrom(o ifc.Out) ifc.Caps {
+	in := ifc.In(o)
+	var c ifc.Caps
+	c.MaxPD, c.MaxCQ, c.MaxQP, c.MaxPSV = in.U32(ifc.CapOutMaxPD), in.U32(ifc.CapOutMaxCQ), in.U32(ifc.CapOutMaxQP), in.U32(ifc.CapOutMaxPSV)
+	c.Mkey.MaxMkeys = in.U32(ifc.CapOutMaxMkeys)
+	c.LogMaxCQSize, c.LogMaxSQSize, c.LogMaxRQSize = in.U8(ifc.CapOutLogSizes), in.U8(ifc.CapOutLogSizes+1), in.U8(ifc.CapOutLogSizes+2)
+	c.Mkey.LogMaxKLMListSize = in.U8(ifc.CapOutLogSizes + 3)
+	c.MaxSGE, c.Mkey.MaxIndirection, c.MaxRDAtomic = in.U16(ifc.CapOutMaxSGE), in.U8(ifc.CapOutMaxIndir), in.U8(ifc.CapOutMaxRDAtomic)
+	c.MaxInline = in.U32(ifc.CapOutMaxInline)
+	c.SignatureHandover = in.U8(ifc.CapOutFlags+3)&ifc.CapFlagSigHandover != 0
+	c.UMRFence = in.U8(ifc.CapOutUMRFence) >> 4
+	c.Mkey.MaxRepeatEntries = in.U16(ifc.CapOutRepeatEnts)
+	c.Mkey.MinLogPageSize, c.Mkey.MaxLogPageSize = in.U8(ifc.CapOutMinLogPage), in.U8(ifc.CapOutMaxLogPage)
+	c.MaxMappedBytes = in.U64(ifc.CapOutMaxMapped)
+	c.FuncMemBytes, c.DevMemBytes = in.U64(ifc.CapOutFuncMem), in.U64(ifc.CapOutDevMem)
 	return c
 }
 
 // Caps returns the device capabilities (QUERY_HCA_CAP).
-func (c *Context) Caps() hca.Caps { return c.caps }
+func (c *Context) Caps() ifc.Caps { return c.caps }
 
 // LID returns the device's fabric address, for peers to connect to.
 func (c *Context) LID() uint16 { return c.lid }
 
 // PortCounters reads the port's counters (QUERY_PORT_COUNTERS).
-func (c *Context) PortCounters() (hca.PortCounters, error) {
-	out, err := c.cmd(hca.NewIn(hca.CmdQueryPortCounters, hca.InHeaderSize))
+func (c *Context) PortCounters() (ifc.PortCounters, error) {
+	out, err := c.cmd(ifc.NewIn(ifc.CmdQueryPortCounters, ifc.InHeaderSize))
 	if err != nil {
-		return hca.PortCounters{}, fmt.Errorf("query port counters: %w", err)
+		return ifc.PortCounters{}, fmt.Errorf("query port counters: %w", err)
 	}
 	var v []uint64
-	for off := hca.CountersOut; off+8 <= len(out); off += 8 {
-		v = append(v, hca.In(out).U64(off))
+	for off := ifc.CountersOut; off+8 <= len(out); off += 8 {
+		v = append(v, ifc.In(out).U64(off))
 	}
-	return hca.CountersFrom(v), nil
+	return ifc.CountersFrom(v), nil
 }
 
 // GID returns the port's RoCEv2 GID (zero when the device has no wire).
 func (c *Context) GID() [16]byte { return c.gid }
 
 // Function returns the function the context drives.
-func (c *Context) Function() hca.Function { return c.fn }
+func (c *Context) Function() ifc.Function { return c.fn }
 
-// cmd runs a command and returns its output or a *hca.CmdError.
-func (c *Context) cmd(in hca.In) (hca.Out, error) {
-	out := hca.Out(c.fn.Command(in))
+// cmd runs a command and returns its output or a *ifc.CmdError.
+func (c *Context) cmd(in ifc.In) (ifc.Out, error) {
+	out := ifc.Out(c.fn.Command(in))
 	return out, out.Err(in.Opcode())
 }
 
@@ -219,12 +219,12 @@ func (c *Context) nextVariant() uint8 {
 
 // AsyncEvents returns the channel of asynchronous events (CQ error, QP
 // fatal, SQ drained). It is buffered; events beyond its room are dropped.
-func (c *Context) AsyncEvents() <-chan hca.Event { return c.async }
+func (c *Context) AsyncEvents() <-chan ifc.Event { return c.async }
 
 // forward dispatches the function's events: completions to CQ channels,
 // the rest to AsyncEvents.
 func (c *Context) forward() {
-	var evs []hca.Event
+	var evs []ifc.Event
 	for {
 		select {
 		case <-c.stopEv:
@@ -234,7 +234,7 @@ func (c *Context) forward() {
 		evs = c.fn.DrainEvents(evs[:0])
 		c.checkLost()
 		for _, e := range evs {
-			if e.Type == hca.EventCompletion {
+			if e.Type == ifc.EventCompletion {
 				c.mu.Lock()
 				cq := c.cqs[e.Obj]
 				c.mu.Unlock()
@@ -311,11 +311,11 @@ type PD struct {
 
 // AllocPD allocates a protection domain.
 func (c *Context) AllocPD() (*PD, error) {
-	out, err := c.cmd(hca.NewIn(hca.CmdAllocPD, hca.InHeaderSize))
+	out, err := c.cmd(ifc.NewIn(ifc.CmdAllocPD, ifc.InHeaderSize))
 	if err != nil {
 		return nil, fmt.Errorf("alloc pd: %w", err)
 	}
-	return &PD{ctx: c, pdn: out.U32(hca.PDOff)}, nil
+	return &PD{ctx: c, pdn: out.U32(ifc.PDOff)}, nil
 }
 
 // Handle returns the PD number.
@@ -323,7 +323,7 @@ func (pd *PD) Handle() uint32 { return pd.pdn }
 
 // Dealloc frees the PD; it fails while objects use it.
 func (pd *PD) Dealloc() error {
-	_, err := pd.ctx.cmd(hca.NewIn(hca.CmdDeallocPD, hca.PDOff+4).Put32(hca.PDOff, pd.pdn))
+	_, err := pd.ctx.cmd(ifc.NewIn(ifc.CmdDeallocPD, ifc.PDOff+4).Put32(ifc.PDOff, pd.pdn))
 	if err != nil {
 		return fmt.Errorf("dealloc pd %d: %w", pd.pdn, err)
 	}

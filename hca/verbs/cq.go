@@ -2,10 +2,10 @@ package verbs
 
 import (
 	"fmt"
+	"github.com/hcasim/hcasim/hca/ifc"
 	"sync"
 
 	"github.com/hcasim/hcasim/cq"
-	"github.com/hcasim/hcasim/hca"
 	"github.com/hcasim/hcasim/sq"
 )
 
@@ -190,14 +190,14 @@ func (c *Context) CreateCQ(depth int, ch *CompChannel) (*CQ, error) {
 		return nil, fmt.Errorf("create cq: %w", err)
 	}
 	cq.InitRing(q.buf)
-	in := hca.NewIn(hca.CmdCreateCQ, hca.CQInSize).Put8(hca.CQInLogSize, log).Put64(hca.CQInRing, q.bufIO).Put64(hca.CQInDBRec, q.dbIO)
+	in := ifc.NewIn(ifc.CmdCreateCQ, ifc.CQInSize).Put8(ifc.CQInLogSize, log).Put64(ifc.CQInRing, q.bufIO).Put64(ifc.CQInDBRec, q.dbIO)
 	out, err := c.cmd(in)
 	if err != nil {
 		c.fn.FreeDMA(q.bufIO)
 		c.fn.FreeDMA(q.dbIO)
 		return nil, fmt.Errorf("create cq: %w", err)
 	}
-	q.cqn = out.U32(hca.CQNOff)
+	q.cqn = out.U32(ifc.CQNOff)
 	c.mu.Lock()
 	c.cqs[q.cqn] = q
 	c.mu.Unlock()
@@ -210,7 +210,7 @@ func (q *CQ) Handle() uint32 { return q.cqn }
 // Destroy destroys the CQ; it fails while QPs use it.
 func (q *CQ) Destroy() error {
 	c := q.ctx
-	if _, err := c.cmd(hca.NewIn(hca.CmdDestroyCQ, hca.CQNOff+4).Put32(hca.CQNOff, q.cqn)); err != nil {
+	if _, err := c.cmd(ifc.NewIn(ifc.CmdDestroyCQ, ifc.CQNOff+4).Put32(ifc.CQNOff, q.cqn)); err != nil {
 		return fmt.Errorf("destroy cq: %w", err)
 	}
 	c.mu.Lock()

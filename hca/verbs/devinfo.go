@@ -2,8 +2,7 @@ package verbs
 
 import (
 	"fmt"
-
-	"github.com/hcasim/hcasim/hca"
+	"github.com/hcasim/hcasim/hca/ifc"
 )
 
 // Device queries: what ibv_query_device, ibv_query_port, ibv_query_gid and
@@ -189,7 +188,7 @@ type DeviceAttr struct {
 	PhysPortCnt           uint8          `json:"phys_port_cnt"`
 	// Caps is the QUERY_HCA_CAP answer, with what ibv_device_attr has no
 	// field for (PSVs, inline size, KLM limits, the memory bounds).
-	Caps hca.Caps `json:"-"`
+	Caps ifc.Caps `json:"-"`
 	// LID is the port's LID the answer carried.
 	LID uint16 `json:"-"`
 	// GID is the port's RoCEv2 GID the answer carried (zero: no wire).
@@ -197,19 +196,19 @@ type DeviceAttr struct {
 }
 
 // queryCaps asks the device for its capabilities now (QUERY_HCA_CAP).
-func (c *Context) queryCaps() (hca.Caps, uint16, [16]byte, error) {
+func (c *Context) queryCaps() (ifc.Caps, uint16, [16]byte, error) {
 	var gid [16]byte
 	if err := c.errClosed(); err != nil {
-		return hca.Caps{}, 0, gid, err
+		return ifc.Caps{}, 0, gid, err
 	}
-	out, err := c.cmd(hca.NewIn(hca.CmdQueryHCACap, hca.InHeaderSize))
+	out, err := c.cmd(ifc.NewIn(ifc.CmdQueryHCACap, ifc.InHeaderSize))
 	if err != nil {
-		return hca.Caps{}, 0, gid, err
+		return ifc.Caps{}, 0, gid, err
 	}
-	if len(out) >= hca.CapOutGID+16 {
-		copy(gid[:], out[hca.CapOutGID:])
+	if len(out) >= ifc.CapOutGID+16 {
+		copy(gid[:], out[ifc.CapOutGID:])
 	}
-	return capsFrom(out), uint16(out.U32(hca.CapOutLID) >> 16), gid, nil
+	return capsFrom(out), uint16(out.U32(ifc.CapOutLID) >> 16), gid, nil
 }
 
 // QueryDevice asks the device for its capabilities (QUERY_HCA_CAP) and

@@ -2,12 +2,12 @@ package verbs_test
 
 import (
 	"fmt"
+	"github.com/hcasim/hcasim/hca/remote/daemon"
 	"log"
 	"os"
 	"path/filepath"
 
 	"github.com/hcasim/hcasim/hca"
-	"github.com/hcasim/hcasim/hca/remote"
 	"github.com/hcasim/hcasim/hca/verbs"
 )
 
@@ -107,11 +107,11 @@ func ExampleDial() {
 	dev := hca.New(hca.Options{})
 	defer dev.Close()
 	path := filepath.Join(dir, "hcasim.sock")
-	l, err := remote.Listen(path)
+	l, err := daemon.Listen(path)
 	if err != nil {
 		log.Fatal(err)
 	}
-	srv := &remote.Server{Dev: dev}
+	srv := &daemon.Server{Dev: dev}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(l) }()
 	defer func() {

@@ -2,6 +2,7 @@ package verbs_test
 
 import (
 	"fmt"
+	"github.com/hcasim/hcasim/hca/ifc"
 	"math/rand/v2"
 	"sync/atomic"
 	"testing"
@@ -16,7 +17,7 @@ import (
 
 // ringCounter counts the send doorbells a driver rings.
 type ringCounter struct {
-	hca.Function
+	ifc.Function
 	rings atomic.Int64
 }
 

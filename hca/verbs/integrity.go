@@ -2,9 +2,9 @@ package verbs
 
 import (
 	"fmt"
+	"github.com/hcasim/hcasim/hca/ifc"
 
 	"github.com/hcasim/hcasim/cq"
-	"github.com/hcasim/hcasim/hca"
 	"github.com/hcasim/hcasim/klm"
 	"github.com/hcasim/hcasim/umr"
 )
@@ -209,11 +209,11 @@ func (pd *PD) allocInternal(mode klm.AccessMode, n int) (*MR, error) {
 // allocSig creates the PSVs and the signature key.
 func (pd *PD) allocSig(typ MRType) (*MR, error) {
 	c := pd.ctx
-	out, err := c.cmd(hca.NewIn(hca.CmdCreatePSV, hca.PSVInPDNum+4).Put32(hca.PSVInPDNum, 2<<28|pd.pdn))
+	out, err := c.cmd(ifc.NewIn(ifc.CmdCreatePSV, ifc.PSVInPDNum+4).Put32(ifc.PSVInPDNum, 2<<28|pd.pdn))
 	if err != nil {
 		return nil, fmt.Errorf("alloc sig mr: create psv: %w", err)
 	}
-	mr := &MR{pd: pd, typ: typ, integ: &integ{psvMem: out.U32(hca.PSVOutIdx), psvWire: out.U32(hca.PSVOutIdx + 4), checked: true, errCount: 1}}
+	mr := &MR{pd: pd, typ: typ, integ: &integ{psvMem: out.U32(ifc.PSVOutIdx), psvWire: out.U32(ifc.PSVOutIdx + 4), checked: true, errCount: 1}}
 	key, err := pd.createMkey(umr.MkeyFields{Free: true, UMREnabled: true, Mode: klm.ModeKLM, QPN: 0xFFFFFF,
 		Variant: c.nextVariant(), PD: pd.pdn, XLTOctowords: 4, BSFEnabled: true, BSFOctowords: 4}, nil)
 	if err != nil {
@@ -230,7 +230,7 @@ func (pd *PD) allocSig(typ MRType) (*MR, error) {
 func (mr *MR) destroyPSVs() {
 	c := mr.pd.ctx
 	for _, p := range []uint32{mr.integ.psvMem, mr.integ.psvWire} {
-		c.cmd(hca.NewIn(hca.CmdDestroyPSV, hca.PSVIdxOff+4).Put32(hca.PSVIdxOff, p))
+		c.cmd(ifc.NewIn(ifc.CmdDestroyPSV, ifc.PSVIdxOff+4).Put32(ifc.PSVIdxOff, p))
 	}
 }
 

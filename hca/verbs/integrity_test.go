@@ -3,6 +3,7 @@ package verbs_test
 import (
 	"bytes"
 	"fmt"
+	"github.com/hcasim/hcasim/hca/ifc"
 	"testing"
 	"time"
 
@@ -332,7 +333,7 @@ func TestSigPipelining(t *testing.T) {
 		}
 		select {
 		case e := <-host.ctx.AsyncEvents():
-			require.Equal(t, hca.Event{Type: hca.EventSQDrained, Obj: host.qp.QPN()}, e, "want SQ drained of QP %#x", host.qp.QPN())
+			require.Equal(t, ifc.Event{Type: ifc.EventSQDrained, Obj: host.qp.QPN()}, e, "want SQ drained of QP %#x", host.qp.QPN())
 		case <-time.After(5 * time.Second):
 			require.Fail(t, "no SQ drained event")
 		}

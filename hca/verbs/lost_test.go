@@ -1,6 +1,7 @@
 package verbs_test
 
 import (
+	"github.com/hcasim/hcasim/hca/remote/daemon"
 	"path/filepath"
 	"testing"
 	"time"
@@ -21,9 +22,9 @@ func TestDeviceLost(t *testing.T) {
 	dev := hca.New(hca.Options{})
 	defer dev.Close()
 	path := filepath.Join(t.TempDir(), "d.sock")
-	l, err := remote.Listen(path)
+	l, err := daemon.Listen(path)
 	require.NoError(t, err)
-	srv := &remote.Server{Dev: dev}
+	srv := &daemon.Server{Dev: dev}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(l) }()
 	stopped := false

@@ -3,10 +3,10 @@ package verbs
 import (
 	"errors"
 	"fmt"
+	"github.com/hcasim/hcasim/hca/ifc"
 	"sync"
 
 	"github.com/hcasim/hcasim/cq"
-	"github.com/hcasim/hcasim/hca"
 	"github.com/hcasim/hcasim/klm"
 	"github.com/hcasim/hcasim/psv"
 	"github.com/hcasim/hcasim/umr"
@@ -189,12 +189,12 @@ func (pd *PD) CreateMkey(flags MkeyFlags, maxEntries int) (*Mkey, error) {
 	}
 	m := &Mkey{pd: pd, LKey: uint32(key), RKey: uint32(key), index: key.Index(), entries: n, sig: sig, errCount: 1, errUpdated: true}
 	if sig {
-		out, err := c.cmd(hca.NewIn(hca.CmdCreatePSV, hca.PSVInPDNum+4).Put32(hca.PSVInPDNum, 2<<28|pd.pdn))
+		out, err := c.cmd(ifc.NewIn(ifc.CmdCreatePSV, ifc.PSVInPDNum+4).Put32(ifc.PSVInPDNum, 2<<28|pd.pdn))
 		if err != nil {
-			c.cmd(hca.NewIn(hca.CmdDestroyMkey, hca.MkeyIdxOff+4).Put32(hca.MkeyIdxOff, m.index))
+			c.cmd(ifc.NewIn(ifc.CmdDestroyMkey, ifc.MkeyIdxOff+4).Put32(ifc.MkeyIdxOff, m.index))
 			return nil, fmt.Errorf("create mkey psvs: %w", err)
 		}
-		m.psvMem, m.psvWire = out.U32(hca.PSVOutIdx)&0xFFFFFF, out.U32(hca.PSVOutIdx+4)&0xFFFFFF
+		m.psvMem, m.psvWire = out.U32(ifc.PSVOutIdx)&0xFFFFFF, out.U32(ifc.PSVOutIdx+4)&0xFFFFFF
 		c.mu.Lock()
 		if c.mkeys == nil {
 			c.mkeys = map[uint32]*Mkey{}
@@ -210,7 +210,7 @@ func (m *Mkey) Destroy() error {
 	c := m.pd.ctx
 	if m.sig {
 		for _, p := range []uint32{m.psvMem, m.psvWire} {
-			if _, err := c.cmd(hca.NewIn(hca.CmdDestroyPSV, hca.PSVIdxOff+4).Put32(hca.PSVIdxOff, p)); err != nil {
+			if _, err := c.cmd(ifc.NewIn(ifc.CmdDestroyPSV, ifc.PSVIdxOff+4).Put32(ifc.PSVIdxOff, p)); err != nil {
 				return fmt.Errorf("destroy mkey psv: %w", err)
 			}
 		}
@@ -218,7 +218,7 @@ func (m *Mkey) Destroy() error {
 		delete(c.mkeys, m.index)
 		c.mu.Unlock()
 	}
-	if _, err := c.cmd(hca.NewIn(hca.CmdDestroyMkey, hca.MkeyIdxOff+4).Put32(hca.MkeyIdxOff, m.index)); err != nil {
+	if _, err := c.cmd(ifc.NewIn(ifc.CmdDestroyMkey, ifc.MkeyIdxOff+4).Put32(ifc.MkeyIdxOff, m.index)); err != nil {
 		return fmt.Errorf("destroy mkey: %w", err)
 	}
 	return nil

@@ -2,9 +2,9 @@ package verbs
 
 import (
 	"fmt"
+	"github.com/hcasim/hcasim/hca/ifc"
 	"sync"
 
-	"github.com/hcasim/hcasim/hca"
 	"github.com/hcasim/hcasim/klm"
 	"github.com/hcasim/hcasim/umr"
 )
@@ -166,14 +166,14 @@ func (mr *MR) unmap() {
 }
 
 func (pd *PD) createMkey(f umr.MkeyFields, xlt []byte) (klm.Key, error) {
-	in := hca.NewIn(hca.CmdCreateMkey, hca.MkeyInXLT+len(xlt))
-	umr.MkeySeg(in[hca.MkeyInCtx:hca.MkeyInXLT]).Encode(&f)
-	copy(in[hca.MkeyInXLT:], xlt)
+	in := ifc.NewIn(ifc.CmdCreateMkey, ifc.MkeyInXLT+len(xlt))
+	umr.MkeySeg(in[ifc.MkeyInCtx:ifc.MkeyInXLT]).Encode(&f)
+	copy(in[ifc.MkeyInXLT:], xlt)
 	out, err := pd.ctx.cmd(in)
 	if err != nil {
 		return 0, err
 	}
-	return klm.MakeKey(out.U32(hca.MkeyOutIdx), f.Variant), nil
+	return klm.MakeKey(out.U32(ifc.MkeyOutIdx), f.Variant), nil
 }
 
 // AllocMR allocates an MR for fast registration of up to maxSG pages: its
@@ -302,7 +302,7 @@ func (mr *MR) Dereg() error {
 		delete(c.mrs, idx)
 	}
 	c.mu.Unlock()
-	_, err := c.cmd(hca.NewIn(hca.CmdDestroyMkey, hca.MkeyIdxOff+4).Put32(hca.MkeyIdxOff, idx))
+	_, err := c.cmd(ifc.NewIn(ifc.CmdDestroyMkey, ifc.MkeyIdxOff+4).Put32(ifc.MkeyIdxOff, idx))
 	mr.unmap()
 	if mr.descs != nil {
 		c.fn.FreeDMA(mr.descIO)

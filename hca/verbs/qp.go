@@ -2,10 +2,10 @@ package verbs
 
 import (
 	"fmt"
+	"github.com/hcasim/hcasim/hca/ifc"
 	"sync"
 
 	"github.com/hcasim/hcasim/cq"
-	"github.com/hcasim/hcasim/hca"
 	"github.com/hcasim/hcasim/internal/dma"
 	"github.com/hcasim/hcasim/klm"
 	"github.com/hcasim/hcasim/sq"
@@ -278,23 +278,23 @@ func (pd *PD) CreateQP(a *QPInitAttr) (*QP, error) {
 	n := 1 << qp.sqLog
 	qp.wrid, qp.wrop, qp.nbb = make([]uint64, n), make([]WROpcode, n), make([]uint8, n)
 	qp.rwrid = make([]uint64, 1<<qp.rqLog)
-	in := hca.NewIn(hca.CmdCreateQP, hca.QPInSize).Put32(hca.QPInPD, pd.pdn).Put32(hca.QPInSendCQ, a.SendCQ.cqn).Put32(hca.QPInRecvCQ, a.RecvCQ.cqn)
-	flags := uint32(hca.QPFlagDBHint) // ring only when the send engine sleeps
+	in := ifc.NewIn(ifc.CmdCreateQP, ifc.QPInSize).Put32(ifc.QPInPD, pd.pdn).Put32(ifc.QPInSendCQ, a.SendCQ.cqn).Put32(ifc.QPInRecvCQ, a.RecvCQ.cqn)
+	flags := uint32(ifc.QPFlagDBHint) // ring only when the send engine sleeps
 	if a.Integrity {
-		flags |= hca.QPFlagIntegr
+		flags |= ifc.QPFlagIntegr
 	}
 	if a.SigPipelining {
-		flags |= hca.QPFlagDrainSigErr
+		flags |= ifc.QPFlagDrainSigErr
 	}
-	in.Put32(hca.QPInFlags, flags)
-	in.Put8(hca.QPInLogSQ, qp.sqLog).Put8(hca.QPInLogRQ, qp.rqLog).Put8(hca.QPInLogStride, qp.rqShift)
-	in.Put64(hca.QPInSQ, qp.sqIO).Put64(hca.QPInRQ, qp.rqIO).Put64(hca.QPInDBRec, qp.dbIO)
+	in.Put32(ifc.QPInFlags, flags)
+	in.Put8(ifc.QPInLogSQ, qp.sqLog).Put8(ifc.QPInLogRQ, qp.rqLog).Put8(ifc.QPInLogStride, qp.rqShift)
+	in.Put64(ifc.QPInSQ, qp.sqIO).Put64(ifc.QPInRQ, qp.rqIO).Put64(ifc.QPInDBRec, qp.dbIO)
 	out, err := c.cmd(in)
 	if err != nil {
 		qp.free()
 		return nil, fmt.Errorf("create qp: %w", err)
 	}
-	qp.qpn = out.U32(hca.QPNOff)
+	qp.qpn = out.U32(ifc.QPNOff)
 	qp.psn = qp.qpn * 0x10001 & 0xFFFFFF // an initial PSN of its own
 	c.mu.Lock()
 	c.qps[qp.qpn] = qp
@@ -336,7 +336,7 @@ func (qp *QP) State() QPState {
 // Destroy destroys the QP: outstanding work is dropped without completions.
 func (qp *QP) Destroy() error {
 	c := qp.ctx
-	if _, err := c.cmd(hca.NewIn(hca.CmdDestroyQP, hca.QPNOff+4).Put32(hca.QPNOff, qp.qpn)); err != nil {
+	if _, err := c.cmd(ifc.NewIn(ifc.CmdDestroyQP, ifc.QPNOff+4).Put32(ifc.QPNOff, qp.qpn)); err != nil {
 		return fmt.Errorf("destroy qp: %w", err)
 	}
 	c.mu.Lock()
@@ -358,45 +358,45 @@ func (qp *QP) Modify(a *QPAttr) error {
 	var op uint16
 	switch {
 	case a.State == StateErr:
-		op = hca.Cmd2ERR
+		op = ifc.Cmd2ERR
 	case a.State == StateReset:
-		op = hca.Cmd2RST
+		op = ifc.Cmd2RST
 	case cur == StateReset && a.State == StateInit:
-		op = hca.CmdRST2INIT
+		op = ifc.CmdRST2INIT
 	case cur == StateInit && a.State == StateInit:
-		op = hca.CmdINIT2INIT
+		op = ifc.CmdINIT2INIT
 	case cur == StateInit && a.State == StateRTR:
-		op = hca.CmdINIT2RTR
+		op = ifc.CmdINIT2RTR
 	case cur == StateRTR && a.State == StateRTS:
-		op = hca.CmdRTR2RTS
+		op = ifc.CmdRTR2RTS
 	case cur == StateRTS && a.State == StateRTS:
-		op = hca.CmdRTS2RTS
+		op = ifc.CmdRTS2RTS
 	case cur == StateRTS && a.State == StateSQD:
-		op = hca.CmdRTS2SQD
+		op = ifc.CmdRTS2SQD
 	case cur == StateSQD && a.State == StateRTS:
-		op = hca.CmdSQD2RTS
+		op = ifc.CmdSQD2RTS
 	default:
 		return fmt.Errorf("modify qp %#x from %v to %v: %w", qp.qpn, cur, a.State, ErrQPState)
 	}
-	in := hca.NewIn(op, hca.QPModifyGIDSize).Put32(hca.QPNOff, qp.qpn)
+	in := ifc.NewIn(op, ifc.QPModifyGIDSize).Put32(ifc.QPNOff, qp.qpn)
 	if a.Mask&AttrAccess != 0 {
-		in.Put32(hca.QPOptMask, hca.QPOptAccess)
+		in.Put32(ifc.QPOptMask, ifc.QPOptAccess)
 	}
 	var acc uint8
 	if a.Access&AccessRemoteRead != 0 {
-		acc |= hca.QPAccessRead
+		acc |= ifc.QPAccessRead
 	}
 	if a.Access&AccessRemoteWrite != 0 {
-		acc |= hca.QPAccessWrite
+		acc |= ifc.QPAccessWrite
 	}
 	if a.Access&AccessRemoteAtomic != 0 {
-		acc |= hca.QPAccessAtomic
+		acc |= ifc.QPAccessAtomic
 	}
-	in.Put8(hca.QPCAccess+3, acc).Put16(hca.QPCRemoteLID, a.DestLID).Put32(hca.QPCRemoteQPN, a.DestQPN)
-	in.Put32(hca.QPCRQPSN, a.RQPSN).Put32(hca.QPCSQPSN, a.SQPSN)
-	in.Put8(hca.QPCMinRNR, a.MinRNRTimer).Put8(hca.QPCTimeout, a.Timeout).Put8(hca.QPCRetry, a.RetryCnt).Put8(hca.QPCRNRRetry, a.RNRRetry)
-	in.Put8(hca.QPCMaxRD, a.MaxRDAtomic).Put8(hca.QPCMaxDestRD, a.MaxDestRDAtomic).Put8(hca.QPCMTU, uint8(a.PathMTU))
-	copy(in[hca.QPCRemoteGID:], a.DestGID[:])
+	in.Put8(ifc.QPCAccess+3, acc).Put16(ifc.QPCRemoteLID, a.DestLID).Put32(ifc.QPCRemoteQPN, a.DestQPN)
+	in.Put32(ifc.QPCRQPSN, a.RQPSN).Put32(ifc.QPCSQPSN, a.SQPSN)
+	in.Put8(ifc.QPCMinRNR, a.MinRNRTimer).Put8(ifc.QPCTimeout, a.Timeout).Put8(ifc.QPCRetry, a.RetryCnt).Put8(ifc.QPCRNRRetry, a.RNRRetry)
+	in.Put8(ifc.QPCMaxRD, a.MaxRDAtomic).Put8(ifc.QPCMaxDestRD, a.MaxDestRDAtomic).Put8(ifc.QPCMTU, uint8(a.PathMTU))
+	copy(in[ifc.QPCRemoteGID:], a.DestGID[:])
 	if _, err := qp.ctx.cmd(in); err != nil {
 		return fmt.Errorf("modify qp %#x to %v: %w", qp.qpn, a.State, err)
 	}

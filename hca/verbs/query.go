@@ -2,25 +2,24 @@ package verbs
 
 import (
 	"fmt"
-
-	"github.com/hcasim/hcasim/hca"
+	"github.com/hcasim/hcasim/hca/ifc"
 )
 
 // qpStateOf maps QUERY_QP's state byte (mlx5's MLX5_QP_STATE_*) to a
 // QPState.
 func qpStateOf(b uint8) (QPState, bool) {
-	switch hca.QPState(b) {
-	case hca.StateRST:
+	switch ifc.QPState(b) {
+	case ifc.StateRST:
 		return StateReset, true
-	case hca.StateINIT:
+	case ifc.StateINIT:
 		return StateInit, true
-	case hca.StateRTR:
+	case ifc.StateRTR:
 		return StateRTR, true
-	case hca.StateRTS:
+	case ifc.StateRTS:
 		return StateRTS, true
-	case hca.StateSQD:
+	case ifc.StateSQD:
 		return StateSQD, true
-	case hca.StateERR:
+	case ifc.StateERR:
 		return StateErr, true
 	}
 	return 0, false
@@ -43,33 +42,33 @@ func (qp *QP) Query() (QPAttr, error) {
 
 // query runs QUERY_QP. Called with smu held.
 func (qp *QP) query() (QPAttr, error) {
-	out, err := qp.ctx.cmd(hca.NewIn(hca.CmdQueryQP, hca.QPNOff+4).Put32(hca.QPNOff, qp.qpn))
+	out, err := qp.ctx.cmd(ifc.NewIn(ifc.CmdQueryQP, ifc.QPNOff+4).Put32(ifc.QPNOff, qp.qpn))
 	if err != nil {
 		return QPAttr{}, fmt.Errorf("query qp %#x: %w", qp.qpn, err)
 	}
-	if len(out) < hca.QPOutSize {
-		return QPAttr{}, fmt.Errorf("query qp %#x: output of %d bytes, want %d: %w", qp.qpn, len(out), hca.QPOutSize, ErrInvalid)
+	if len(out) < ifc.QPOutSize {
+		return QPAttr{}, fmt.Errorf("query qp %#x: output of %d bytes, want %d: %w", qp.qpn, len(out), ifc.QPOutSize, ErrInvalid)
 	}
-	o := hca.In(out)
-	st, ok := qpStateOf(o.U8(hca.QPOutState))
+	o := ifc.In(out)
+	st, ok := qpStateOf(o.U8(ifc.QPOutState))
 	if !ok {
-		return QPAttr{}, fmt.Errorf("query qp %#x: device state %d has no verbs name: %w", qp.qpn, o.U8(hca.QPOutState), ErrInvalid)
+		return QPAttr{}, fmt.Errorf("query qp %#x: device state %d has no verbs name: %w", qp.qpn, o.U8(ifc.QPOutState), ErrInvalid)
 	}
 	a := QPAttr{State: st, CurState: st,
-		DestLID: o.U16(hca.QPCRemoteLID), DestQPN: o.U32(hca.QPCRemoteQPN), RQPSN: o.U32(hca.QPCRQPSN), SQPSN: o.U32(hca.QPCSQPSN),
-		MinRNRTimer: o.U8(hca.QPCMinRNR), Timeout: o.U8(hca.QPCTimeout), RetryCnt: o.U8(hca.QPCRetry), RNRRetry: o.U8(hca.QPCRNRRetry),
-		MaxRDAtomic: o.U8(hca.QPCMaxRD), MaxDestRDAtomic: o.U8(hca.QPCMaxDestRD), PathMTU: MTU(o.U8(hca.QPCMTU))}
-	acc := o.U8(hca.QPCAccess + 3)
-	if acc&hca.QPAccessRead != 0 {
+		DestLID: o.U16(ifc.QPCRemoteLID), DestQPN: o.U32(ifc.QPCRemoteQPN), RQPSN: o.U32(ifc.QPCRQPSN), SQPSN: o.U32(ifc.QPCSQPSN),
+		MinRNRTimer: o.U8(ifc.QPCMinRNR), Timeout: o.U8(ifc.QPCTimeout), RetryCnt: o.U8(ifc.QPCRetry), RNRRetry: o.U8(ifc.QPCRNRRetry),
+		MaxRDAtomic: o.U8(ifc.QPCMaxRD), MaxDestRDAtomic: o.U8(ifc.QPCMaxDestRD), PathMTU: MTU(o.U8(ifc.QPCMTU))}
+	acc := o.U8(ifc.QPCAccess + 3)
+	if acc&ifc.QPAccessRead != 0 {
 		a.Access |= AccessRemoteRead
 	}
-	if acc&hca.QPAccessWrite != 0 {
+	if acc&ifc.QPAccessWrite != 0 {
 		a.Access |= AccessRemoteWrite
 	}
-	if acc&hca.QPAccessAtomic != 0 {
+	if acc&ifc.QPAccessAtomic != 0 {
 		a.Access |= AccessRemoteAtomic
 	}
-	copy(a.DestGID[:], o[hca.QPCRemoteGID:hca.QPCRemoteGID+16])
+	copy(a.DestGID[:], o[ifc.QPCRemoteGID:ifc.QPCRemoteGID+16])
 	qp.state = st
 	return a, nil
 }

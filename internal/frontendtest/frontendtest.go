@@ -15,6 +15,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/hcasim/hcasim/hca/remote/daemon"
 	"net"
 	"os"
 	"os/exec"
@@ -27,7 +28,6 @@ import (
 	"time"
 
 	"github.com/hcasim/hcasim/hca"
-	"github.com/hcasim/hcasim/hca/remote"
 )
 
 // Root returns the repository's root directory.
@@ -101,12 +101,12 @@ func Daemon(t testing.TB) string {
 	caps := hca.ConnectX5Caps
 	caps.MaxMappedBytes = 64 << 30
 	dev := hca.New(hca.Options{Caps: &caps, Poll: 50 * time.Microsecond})
-	l, err := remote.Listen(sock)
+	l, err := daemon.Listen(sock)
 	if err != nil {
 		dev.Close()
 		t.Fatal(err)
 	}
-	srv := &remote.Server{Dev: dev}
+	srv := &daemon.Server{Dev: dev}
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(l) }()
 	t.Cleanup(func() {

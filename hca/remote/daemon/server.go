@@ -1,10 +1,12 @@
-package remote
+package daemon
 
 import (
 	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/hcasim/hcasim/hca/ifc"
+	"github.com/hcasim/hcasim/hca/remote"
 	"log/slog"
 	"net"
 	"os"
@@ -211,7 +213,7 @@ func (c *conn) serve() {
 		c.close()
 		log.Info("client disconnected")
 	}()
-	buf := make([]byte, MaxMessage+1)
+	buf := make([]byte, remote.MaxMessage+1)
 	oob := make([]byte, unix.CmsgSpace(4*8))
 	for {
 		n, oobn, flags, _, err := c.c.ReadMsgUnix(buf, oob)
@@ -219,10 +221,10 @@ func (c *conn) serve() {
 			return // closed, or the peer shut down (a zero-length packet)
 		}
 		fds, ferr := parseFDs(oob[:oobn])
-		if flags&(unix.MSG_TRUNC|unix.MSG_CTRUNC) != 0 || n > MaxMessage {
+		if flags&(unix.MSG_TRUNC|unix.MSG_CTRUNC) != 0 || n > remote.MaxMessage {
 			closeFDs(fds)
 			log.Warn("oversized message", "bytes", n)
-			c.send(Encode(nil, TypeError, 0, errorPayload(StatusBadMessage, "message too large")))
+			c.send(remote.Encode(nil, remote.TypeError, 0, remote.ErrorPayload(remote.StatusBadMessage, "message too large")))
 			return
 		}
 		reply, fatal := c.handle(buf[:n], fds, ferr)
@@ -244,19 +246,19 @@ func (c *conn) serve() {
 // logMessage logs a request and its reply at debug level: HELLO, COMMAND
 // (its opcode and status), MAP_MEM, UNMAP and refusals, not doorbells.
 func logMessage(log *slog.Logger, req, reply []byte) {
-	h, pl, err := Decode(req)
+	h, pl, err := remote.Decode(req)
 	if err != nil {
 		return
 	}
-	rh, rpl, _ := Decode(reply)
-	refused := reply != nil && rh.Type == TypeError
+	rh, rpl, _ := remote.Decode(reply)
+	refused := reply != nil && rh.Type == remote.TypeError
 	switch {
-	case h.Type == TypeCommand && !refused:
-		log.Debug("command", "opcode", fmt.Sprintf("%#x", hca.In(pl).Opcode()), "status", hca.Out(rpl).Status())
-	case h.Type == TypeHello || h.Type == TypeMapMem || h.Type == TypeUnmap || refused:
+	case h.Type == remote.TypeCommand && !refused:
+		log.Debug("command", "opcode", fmt.Sprintf("%#x", ifc.In(pl).Opcode()), "status", ifc.Out(rpl).Status())
+	case h.Type == remote.TypeHello || h.Type == remote.TypeMapMem || h.Type == remote.TypeUnmap || refused:
 		attrs := []any{"type", h.Type}
 		if refused {
-			st, reason, _ := parseStatus(rpl)
+			st, reason, _ := remote.ParseStatus(rpl)
 			attrs = append(attrs, "refused", st, "reason", reason)
 		}
 		log.Debug("message", attrs...)
@@ -282,104 +284,104 @@ func (c *conn) send(msg []byte) error {
 // effect.
 func (c *conn) handle(p []byte, fds []int, ferr error) (reply []byte, fatal bool) {
 	defer closeFDs(fds) // MAP_MEM takes its descriptor out first
-	h, pl, err := Decode(p)
+	h, pl, err := remote.Decode(p)
 	if err != nil {
-		return Encode(nil, TypeError, h.ID, errorPayload(StatusBadMessage, err.Error())), false
+		return remote.Encode(nil, remote.TypeError, h.ID, remote.ErrorPayload(remote.StatusBadMessage, err.Error())), false
 	}
-	fail := func(st Status, format string, args ...any) ([]byte, bool) {
-		return Encode(nil, TypeError, h.ID, errorPayload(st, fmt.Sprintf(format, args...))), false
+	fail := func(st remote.Status, format string, args ...any) ([]byte, bool) {
+		return remote.Encode(nil, remote.TypeError, h.ID, remote.ErrorPayload(st, fmt.Sprintf(format, args...))), false
 	}
 	if ferr != nil {
-		return fail(StatusBadFD, "%v", ferr)
+		return fail(remote.StatusBadFD, "%v", ferr)
 	}
-	if h.Type != TypeMapMem && len(fds) > 0 {
-		return fail(StatusBadFD, "%v carries no descriptor", h.Type)
+	if h.Type != remote.TypeMapMem && len(fds) > 0 {
+		return fail(remote.StatusBadFD, "%v carries no descriptor", h.Type)
 	}
 	c.mu.Lock()
 	fn := c.fn
 	c.mu.Unlock()
-	if fn == nil && h.Type != TypeHello {
-		return Encode(nil, TypeError, h.ID, errorPayload(StatusNotReady, "the first message must be HELLO")), true
+	if fn == nil && h.Type != remote.TypeHello {
+		return remote.Encode(nil, remote.TypeError, h.ID, remote.ErrorPayload(remote.StatusNotReady, "the first message must be HELLO")), true
 	}
 	switch h.Type {
-	case TypeHello:
+	case remote.TypeHello:
 		return c.hello(h, pl)
-	case TypeCommand:
+	case remote.TypeCommand:
 		out := fn.Command(pl)
-		if len(out) > MaxMessage-HeaderSize {
-			out = hca.FailOut(hca.StatusBadOutLen, 0, "output mailbox larger than a message")
+		if len(out) > remote.MaxMessage-remote.HeaderSize {
+			out = ifc.FailOut(ifc.StatusBadOutLen, 0, "output mailbox larger than a message")
 		}
-		return Encode(nil, TypeCommand|ReplyBit, h.ID, out), false
-	case TypeMapMem:
-		if len(pl) != mapSize {
-			return fail(StatusBadMessage, "MAP_MEM payload of %d bytes", len(pl))
+		return remote.Encode(nil, remote.TypeCommand|remote.ReplyBit, h.ID, out), false
+	case remote.TypeMapMem:
+		if len(pl) != remote.MapSize {
+			return fail(remote.StatusBadMessage, "MAP_MEM payload of %d bytes", len(pl))
 		}
 		if err := mapFields(be64(pl), be32(pl[8:]), be32(pl[12:])); err != nil {
-			return fail(StatusBadMessage, "%v", err)
+			return fail(remote.StatusBadMessage, "%v", err)
 		}
 		if len(fds) != 1 {
-			return fail(StatusBadFD, "MAP_MEM with %d descriptors, want 1", len(fds))
+			return fail(remote.StatusBadFD, "MAP_MEM with %d descriptors, want 1", len(fds))
 		}
 		fd := fds[0]
 		fds[0] = -1
 		iova, st, err := c.mapMem(fd, be64(pl), be32(pl[8:]))
 		unix.Close(fd)
-		if st != StatusOK {
+		if st != remote.StatusOK {
 			return fail(st, "%v", err)
 		}
-		r := binary.BigEndian.AppendUint32(nil, uint32(StatusOK))
+		r := binary.BigEndian.AppendUint32(nil, uint32(remote.StatusOK))
 		r = binary.BigEndian.AppendUint32(r, 0)
 		r = binary.BigEndian.AppendUint64(r, iova)
-		return Encode(nil, TypeMapMem|ReplyBit, h.ID, r), false
-	case TypeUnmap:
-		if len(pl) != unmapSize {
-			return fail(StatusBadMessage, "UNMAP payload of %d bytes", len(pl))
+		return remote.Encode(nil, remote.TypeMapMem|remote.ReplyBit, h.ID, r), false
+	case remote.TypeUnmap:
+		if len(pl) != remote.UnmapSize {
+			return fail(remote.StatusBadMessage, "UNMAP payload of %d bytes", len(pl))
 		}
 		if st, err := c.unmap(be64(pl)); err != nil {
 			return fail(st, "%v", err)
 		}
-		return Encode(nil, TypeUnmap|ReplyBit, h.ID, binary.BigEndian.AppendUint32(nil, uint32(StatusOK))), false
-	case TypeRingSQ, TypeRingRQ:
-		if len(pl) != ringSize {
-			return fail(StatusBadMessage, "%v payload of %d bytes", h.Type, len(pl))
+		return remote.Encode(nil, remote.TypeUnmap|remote.ReplyBit, h.ID, binary.BigEndian.AppendUint32(nil, uint32(remote.StatusOK))), false
+	case remote.TypeRingSQ, remote.TypeRingRQ:
+		if len(pl) != remote.RingSize {
+			return fail(remote.StatusBadMessage, "%v payload of %d bytes", h.Type, len(pl))
 		}
-		if h.Type == TypeRingSQ {
+		if h.Type == remote.TypeRingSQ {
 			fn.RingSQ(be32(pl))
 		} else {
 			fn.RingRQ(be32(pl))
 		}
 		return nil, false
-	case TypeArmCQ:
-		if len(pl) != armSize {
-			return fail(StatusBadMessage, "ARM_CQ payload of %d bytes", len(pl))
+	case remote.TypeArmCQ:
+		if len(pl) != remote.ArmSize {
+			return fail(remote.StatusBadMessage, "ARM_CQ payload of %d bytes", len(pl))
 		}
 		fn.ArmCQ(be32(pl), be32(pl[4:]))
 		if h.ID == 0 {
 			return nil, false
 		}
-		return Encode(nil, TypeArmCQ|ReplyBit, h.ID, binary.BigEndian.AppendUint32(nil, uint32(StatusOK))), false
+		return remote.Encode(nil, remote.TypeArmCQ|remote.ReplyBit, h.ID, binary.BigEndian.AppendUint32(nil, uint32(remote.StatusOK))), false
 	}
-	return fail(StatusUnknownType, "unknown message type %#x", uint16(h.Type))
+	return fail(remote.StatusUnknownType, "unknown message type %#x", uint16(h.Type))
 }
 
-func (c *conn) hello(h Header, pl []byte) ([]byte, bool) {
-	refuse := func(st Status, msg string) ([]byte, bool) {
-		return Encode(nil, TypeError, h.ID, errorPayload(st, msg)), true
+func (c *conn) hello(h remote.Header, pl []byte) ([]byte, bool) {
+	refuse := func(st remote.Status, msg string) ([]byte, bool) {
+		return remote.Encode(nil, remote.TypeError, h.ID, remote.ErrorPayload(st, msg)), true
 	}
-	if len(pl) != helloSize || be32(pl) != Magic {
-		return refuse(StatusBadMessage, "HELLO needs the magic HCAS")
+	if len(pl) != remote.HelloSize || be32(pl) != remote.Magic {
+		return refuse(remote.StatusBadMessage, "HELLO needs the magic HCAS")
 	}
-	if v := binary.BigEndian.Uint16(pl[4:]); v != Version {
+	if v := binary.BigEndian.Uint16(pl[4:]); v != remote.Version {
 		// Before the reserved field: another version may use it.
-		return refuse(StatusBadVersion, fmt.Sprintf("version %d; this daemon speaks %d", v, Version))
+		return refuse(remote.StatusBadVersion, fmt.Sprintf("version %d; this daemon speaks %d", v, remote.Version))
 	}
 	if r := binary.BigEndian.Uint16(pl[6:]); r != 0 {
-		return refuse(StatusBadMessage, fmt.Sprintf("HELLO's reserved field is %#x, not 0", r))
+		return refuse(remote.StatusBadMessage, fmt.Sprintf("HELLO's reserved field is %#x, not 0", r))
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.fn != nil {
-		return refuse(StatusBadMessage, "a second HELLO")
+		return refuse(remote.StatusBadMessage, "a second HELLO")
 	}
 	// No new function once Shutdown began: quiesce would miss it (an
 	// accepted connection may send HELLO during the grace period). Checked
@@ -388,24 +390,24 @@ func (c *conn) hello(h Header, pl []byte) ([]byte, bool) {
 	stopping := c.s.stopping
 	c.s.mu.Unlock()
 	if stopping {
-		return refuse(StatusShutdown, "the daemon is shutting down")
+		return refuse(remote.StatusShutdown, "the daemon is shutting down")
 	}
 	fn, err := c.s.Dev.Open()
 	if err != nil {
-		return refuse(StatusShutdown, err.Error())
+		return refuse(remote.StatusShutdown, err.Error())
 	}
 	c.fn = fn
 	c.tasks.Go(func() error { c.events(fn); return nil })
-	r := binary.BigEndian.AppendUint32(nil, uint32(StatusOK))
-	r = binary.BigEndian.AppendUint16(r, Version)
+	r := binary.BigEndian.AppendUint32(nil, uint32(remote.StatusOK))
+	r = binary.BigEndian.AppendUint16(r, remote.Version)
 	r = binary.BigEndian.AppendUint16(r, c.s.Dev.LID())
-	r = binary.BigEndian.AppendUint32(r, MaxMessage)
-	return Encode(nil, TypeHello|ReplyBit, h.ID, r), false
+	r = binary.BigEndian.AppendUint32(r, remote.MaxMessage)
+	return remote.Encode(nil, remote.TypeHello|remote.ReplyBit, h.ID, r), false
 }
 
 // events forwards the function's events to the client.
 func (c *conn) events(fn *hca.Func) {
-	var evs []hca.Event
+	var evs []ifc.Event
 	for {
 		select {
 		case <-c.stop:
@@ -414,14 +416,14 @@ func (c *conn) events(fn *hca.Func) {
 		}
 		evs = fn.DrainEvents(evs[:0])
 		for len(evs) > 0 {
-			n := min(len(evs), (MaxMessage-HeaderSize)/eventSize)
-			p := make([]byte, 0, n*eventSize)
+			n := min(len(evs), (remote.MaxMessage-remote.HeaderSize)/remote.EventSize)
+			p := make([]byte, 0, n*remote.EventSize)
 			for _, e := range evs[:n] {
 				p = append(p, uint8(e.Type), 0, 0, 0)
 				p = binary.BigEndian.AppendUint32(p, e.Obj)
 			}
 			evs = evs[n:]
-			if c.send(Encode(nil, TypeEvents, 0, p)) != nil {
+			if c.send(remote.Encode(nil, remote.TypeEvents, 0, p)) != nil {
 				return
 			}
 		}
@@ -444,7 +446,7 @@ func mapFields(size uint64, align, reserved uint32) error {
 // out — no shrink seal, a write seal, not open read-write, not a regular
 // file, too small — is BAD_FD; NO_MEMORY is only the daemon's limits and
 // resources.
-func (c *conn) mapMem(fd int, size uint64, align uint32) (uint64, Status, error) {
+func (c *conn) mapMem(fd int, size uint64, align uint32) (uint64, remote.Status, error) {
 	// A client that could shrink the file would turn the daemon's next
 	// access into SIGBUS: the memfd must be sealed against shrinking.
 	// The seal is checked before the size: seals are never removed, so a
@@ -453,17 +455,17 @@ func (c *conn) mapMem(fd int, size uint64, align uint32) (uint64, Status, error)
 	// it then.
 	seals, err := unix.FcntlInt(uintptr(fd), unix.F_GET_SEALS, 0)
 	if err != nil || seals&unix.F_SEAL_SHRINK == 0 {
-		return 0, StatusBadFD, errors.New("the memfd is not sealed with F_SEAL_SHRINK")
+		return 0, remote.StatusBadFD, errors.New("the memfd is not sealed with F_SEAL_SHRINK")
 	}
 	if seals&(unix.F_SEAL_WRITE|unix.F_SEAL_FUTURE_WRITE) != 0 {
-		return 0, StatusBadFD, errors.New("the memfd is sealed against writing: the device could not write it")
+		return 0, remote.StatusBadFD, errors.New("the memfd is sealed against writing: the device could not write it")
 	}
 	if fl, err := unix.FcntlInt(uintptr(fd), unix.F_GETFL, 0); err != nil || fl&unix.O_ACCMODE != unix.O_RDWR {
-		return 0, StatusBadFD, errors.New("the descriptor is not open for reading and writing")
+		return 0, remote.StatusBadFD, errors.New("the descriptor is not open for reading and writing")
 	}
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG || uint64(st.Size) < size {
-		return 0, StatusBadFD, fmt.Errorf("descriptor is not a regular file of at least %d bytes", size)
+		return 0, remote.StatusBadFD, fmt.Errorf("descriptor is not a regular file of at least %d bytes", size)
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -488,7 +490,7 @@ func (c *conn) mapMem(fd int, size uint64, align uint32) (uint64, Status, error)
 		n--
 	}
 	if n > max {
-		return 0, StatusNoMemory, fmt.Errorf("%d mappings (%d of them unmapped, held until no DMA can reach them): the limit", len(c.maps)+len(c.dead), len(c.dead))
+		return 0, remote.StatusNoMemory, fmt.Errorf("%d mappings (%d of them unmapped, held until no DMA can reach them): the limit", len(c.maps)+len(c.dead), len(c.dead))
 	}
 	flags := unix.MAP_SHARED
 	if best >= 0 {
@@ -499,9 +501,9 @@ func (c *conn) mapMem(fd int, size uint64, align uint32) (uint64, Status, error)
 		if errors.Is(err, unix.EACCES) || errors.Is(err, unix.EPERM) || errors.Is(err, unix.ENODEV) {
 			// The descriptor cannot be mapped shared and writable (the
 			// checks above should have caught it).
-			return 0, StatusBadFD, fmt.Errorf("mmap: %w", err)
+			return 0, remote.StatusBadFD, fmt.Errorf("mmap: %w", err)
 		}
-		return 0, StatusNoMemory, fmt.Errorf("mmap: %w", err)
+		return 0, remote.StatusNoMemory, fmt.Errorf("mmap: %w", err)
 	}
 	mem := unsafe.Slice((*byte)(p), int(size))
 	iova, err := c.fn.MapDMA(mem, int(align))
@@ -511,7 +513,7 @@ func (c *conn) mapMem(fd int, size uint64, align uint32) (uint64, Status, error)
 		} else {
 			unix.MunmapPtr(p, uintptr(size))
 		}
-		return 0, StatusNoMemory, err
+		return 0, remote.StatusNoMemory, err
 	}
 	if best >= 0 {
 		d := c.dead[best]
@@ -523,7 +525,7 @@ func (c *conn) mapMem(fd int, size uint64, align uint32) (uint64, Status, error)
 		}
 	}
 	c.maps[iova] = mem
-	return iova, StatusOK, nil
+	return iova, remote.StatusOK, nil
 }
 
 func pageUp(n uint64) uint64 {
@@ -548,29 +550,29 @@ func (c *conn) placeholder(mem []byte) {
 // closes, after the function's QPs have stopped. The address space held
 // is bounded (Server.MaxHeldBytes): past it an UNMAP is refused and the
 // mapping stays live, counted against the client's mapped bytes.
-func (c *conn) unmap(iova uint64) (Status, error) {
+func (c *conn) unmap(iova uint64) (remote.Status, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	mem, ok := c.maps[iova]
 	if !ok {
-		return StatusNotMapped, fmt.Errorf("no mapping at %#x", iova)
+		return remote.StatusNotMapped, fmt.Errorf("no mapping at %#x", iova)
 	}
 	limit := c.s.MaxHeldBytes
 	if limit == 0 {
 		limit = 64 << 30
 	}
 	if c.held+pageUp(uint64(len(mem))) > limit {
-		return StatusNoMemory, fmt.Errorf("%d bytes of unmapped regions held (reuse them with MAP_MEM of at most their size, or reconnect): the limit", c.held)
+		return remote.StatusNoMemory, fmt.Errorf("%d bytes of unmapped regions held (reuse them with MAP_MEM of at most their size, or reconnect): the limit", c.held)
 	}
 	if err := c.fn.FreeDMA(iova); err != nil {
-		return StatusNotMapped, err
+		return remote.StatusNotMapped, err
 	}
 	delete(c.maps, iova)
 	c.placeholder(mem)
 	full := unsafe.Slice(unsafe.SliceData(mem), int(pageUp(uint64(len(mem)))))
 	c.dead = append(c.dead, full)
 	c.held += uint64(len(full))
-	return StatusOK, nil
+	return remote.StatusOK, nil
 }
 
 // quiesce moves the function's QPs to error (Shutdown). It holds mu: a
@@ -627,7 +629,7 @@ func parseFDs(oob []byte) ([]int, error) {
 		}
 		fds = append(fds, f...)
 	}
-	if len(fds) > MaxFDs {
+	if len(fds) > remote.MaxFDs {
 		return fds, fmt.Errorf("%d descriptors in one message", len(fds))
 	}
 	return fds, nil
@@ -640,3 +642,6 @@ func closeFDs(fds []int) {
 		}
 	}
 }
+
+func be32(b []byte) uint32 { return binary.BigEndian.Uint32(b) }
+func be64(b []byte) uint64 { return binary.BigEndian.Uint64(b) }

@@ -1,0 +1,110 @@
+package ifc
+
+import "github.com/hcasim/hcasim/umr"
+
+// Mailbox layouts (byte offsets; every field big-endian). docs/DEVICE.md
+// has the same tables.
+const (
+	// QUERY_HCA_CAP output.
+	CapOutMaxPD        = 8
+	CapOutMaxCQ        = 12
+	CapOutMaxQP        = 16
+	CapOutMaxPSV       = 20
+	CapOutMaxMkeys     = 24
+	CapOutLogSizes     = 28 // log_max_cq_sz, log_max_sq_sz, log_max_rq_sz, log_max_klm_list_size (one byte each)
+	CapOutMaxSGE       = 32 // BE16, then max_indirection, max_rd_atomic
+	CapOutMaxIndir     = 34
+	CapOutMaxRDAtomic  = 35
+	CapOutMaxInline    = 36
+	CapOutFlags        = 40 // bit 0 sho (signature handover)
+	CapOutUMRFence     = 43
+	CapOutLID          = 44 // BE16
+	CapOutRepeatEnts   = 48 // BE16, then min and max log page size
+	CapOutMinLogPage   = 50
+	CapOutMaxLogPage   = 51
+	CapOutMaxMapped    = 56 // BE64
+	CapOutGID          = 64 // 16 bytes: the port's GID on the wire (zero: no wire)
+	CapOutFuncMem      = 80 // BE64: the device memory one function's objects may hold (0: no bound)
+	CapOutDevMem       = 88 // BE64: the device memory all functions' objects may hold
+	CapOutSize         = 96
+	CapFlagSigHandover = 1
+
+	// QUERY_PORT_COUNTERS output: the counters from 8.
+	CountersOut = 8
+
+	// ALLOC_PD output, DEALLOC_PD input: the PD.
+	PDOff = 8
+
+	// CREATE_MKEY input: mkey context at 16 (umr.MkeySeg layout), then
+	// the initial translation; output: the mkey index at 8.
+	MkeyInCtx   = 16
+	MkeyInXLT   = MkeyInCtx + umr.MkeySegSize
+	MkeyOutIdx  = 8
+	MkeyIdxOff  = 8 // DESTROY_MKEY and QUERY_MKEY input
+	MkeyOutCtx  = 16
+	MkeyOutSize = MkeyOutCtx + umr.MkeySegSize
+
+	// CREATE_CQ input; output: the CQN at 8.
+	CQInLogSize = 8 // one byte
+	CQInRing    = 16
+	CQInDBRec   = 24
+	CQInSize    = 32
+	CQNOff      = 8 // CREATE_CQ output, DESTROY_CQ input
+
+	// CREATE_QP input; output: the QPN at 8.
+	QPInPD        = 8
+	QPInSendCQ    = 12
+	QPInRecvCQ    = 16
+	QPInFlags     = 20 // bit 0: integrity (signature) enabled
+	QPInLogSQ     = 24 // one byte each: log WQEBBs, log RQ WQEs, log RQ stride
+	QPInLogRQ     = 25
+	QPInLogStride = 26
+	QPInSQ        = 32
+	QPInRQ        = 40
+	QPInDBRec     = 48
+	QPInSize      = 56
+	QPFlagIntegr  = 1
+	QPFlagDBHint  = 2 // model extension: the send activity hint (sq.DBRecHintSize)
+	// QPFlagDrainSigErr is signature pipelining (mlx5's drain_sigerr QP
+	// context bit, which rdma-core's provider sets with an INIT2INIT for
+	// MLX5DV_QP_CREATE_SIG_PIPELINING): a fenced WQE waits for the WQEs
+	// before it and, if one of them met a signature error, the QP goes to
+	// SQD instead of running it.
+	QPFlagDrainSigErr = 4
+	QPNOff            = 8 // CREATE_QP output; DESTROY_QP, modify and QUERY_QP input
+
+	// Modify QP input (RST2INIT … RTS2SQD): qpn at 8, opt_param_mask at
+	// 12, the QP context from 16. RST2INIT always takes the access flags;
+	// INIT2INIT, RTS2RTS and SQD_RTS only with QPOptAccess in the mask
+	// (mlx5's RRE|RAE|RWE optional-parameter bits).
+	QPOptMask       = 12
+	QPOptAccess     = 1<<1 | 1<<2 | 1<<3
+	QPCAccess       = 16 // bit 0 remote read, bit 1 remote write, bit 2 remote atomic
+	QPCRemoteLID    = 20 // BE16
+	QPCRemoteQPN    = 24
+	QPCRQPSN        = 28
+	QPCSQPSN        = 32
+	QPCMinRNR       = 36 // one byte each: min_rnr_timer, timeout, retry_cnt, rnr_retry
+	QPCTimeout      = 37
+	QPCRetry        = 38
+	QPCRNRRetry     = 39
+	QPCMaxRD        = 40 // one byte each: max_rd_atomic, max_dest_rd_atomic
+	QPCMaxDestRD    = 41
+	QPCMTU          = 42 // INIT2RTR: path MTU, 1 (256) … 5 (4096); 0 means 4096
+	QPModifySize    = 48 // the shortest modify input; the remote GID follows in a longer one
+	QPCRemoteGID    = 48 // INIT2RTR: 16 bytes, the peer's GID (zero: a LID on the fabric)
+	QPModifyGIDSize = 64
+	QPOutState      = 8  // QUERY_QP output: the state byte, then the context from 16
+	QPOutSQCounter  = 44 // QUERY_QP output: BE16 hw_sq_wqebb_counter, the index of the next send WQE the device fetches
+	QPOutSize       = QPModifyGIDSize
+	QPAccessRead    = 1
+	QPAccessWrite   = 2
+	QPAccessAtomic  = 4
+
+	// CREATE_PSV input: num_psv[31:28] | pd[23:0] at 8; output: the PSV
+	// indices at 8, 12, 16, 20. DESTROY_PSV input: the index at 8.
+	PSVInPDNum = 8
+	PSVOutIdx  = 8
+	PSVOutSize = 24
+	PSVIdxOff  = 8
+)
