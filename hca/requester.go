@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"github.com/hcasim/hcasim/hca/ifc"
+	"github.com/hcasim/hcasim/psv"
 	"runtime"
 	"time"
 
@@ -548,10 +549,10 @@ func (qp *QP) doUMR(segs []byte, target klm.Key) cq.Syndrome {
 }
 
 func (qp *QP) doSetPSV(segs []byte) cq.Syndrome {
-	if len(segs) < sq.PSVSegSize {
+	if len(segs) < psv.SetPSVSegSize {
 		return cq.SyndromeLocalQPOp
 	}
-	f := sq.PSVSeg(segs).Fields()
+	f := psv.SetPSVSeg(segs).Fields()
 	p := qp.fn.psv(f.Index)
 	if p == nil || p.pd != qp.pd {
 		return cq.SyndromeLocalProt

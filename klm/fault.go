@@ -67,21 +67,3 @@ func (f *Fault) Error() string {
 
 // Is makes every Fault match ErrFault.
 func (f *Fault) Is(target error) bool { return target == ErrFault }
-
-// mlx5 CQE syndromes a fault maps to (mlx5_cqe syndrome byte; the cq
-// package names them).
-const (
-	syndromeLocalProt    = 0x04 // MLX5_CQE_SYNDROME_LOCAL_PROT_ERR
-	syndromeRemoteAccess = 0x13 // MLX5_CQE_SYNDROME_REMOTE_ACCESS_ERR
-)
-
-// Syndrome returns the mlx5 CQE syndrome the HCA reports for the fault:
-// every translation fault is a local protection error for the lkey of a
-// local operation, and a remote access error (NAK) for the rkey of a
-// remote one. This is the one place the mapping lives.
-func (f *Fault) Syndrome(remote bool) uint8 {
-	if remote {
-		return syndromeRemoteAccess
-	}
-	return syndromeLocalProt
-}

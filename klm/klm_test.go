@@ -206,8 +206,6 @@ func TestFaultError(t *testing.T) {
 		assert.Same(t, f, g, "errors.As lost the fault")
 	}
 	assert.NotErrorIs(t, klm.ErrUnmappedIO, klm.ErrFault, "ErrUnmappedIO matches ErrFault")
-	assert.EqualValues(t, 0x04, f.Syndrome(false), "syndrome")
-	assert.EqualValues(t, 0x13, f.Syndrome(true), "syndrome (remote)")
 	names := map[klm.FaultKind]string{}
 	for k := klm.FaultInvalid; k <= klm.FaultTranslation; k++ {
 		s := k.String()

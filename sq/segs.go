@@ -1,5 +1,6 @@
 // Package sq owns the send side of the modelled HCA's work queues: the WQE
-// segment layouts (control, data, remote address, atomic, inline, SET_PSV),
+// segment layouts (control, data, remote address, atomic, inline; the
+// SET_PSV segment is package psv's),
 // the ring arithmetic of a send queue of 64-byte WQEBBs in host memory with
 // segments that wrap at its end, the doorbell record, and Ring.Fetch, which
 // takes the posted WQEs one at a time in order. The loop that runs them (the
@@ -19,7 +20,6 @@ const (
 	DataSegSize  = 16
 	RaddrSegSize = 16
 	AtomicSize   = 16
-	PSVSegSize   = 16
 	MaxWQEBBs    = 16 // MLX5_SEND_WQE_MAX_WQEBBS
 	MaxDS        = MaxWQEBBs * WQEBBSize / SegSize
 )
@@ -196,39 +196,4 @@ func (a AtomicSeg) Fields() AtomicFields {
 func (a AtomicSeg) Encode(f *AtomicFields) {
 	binary.BigEndian.PutUint64(a, f.SwapAdd)
 	binary.BigEndian.PutUint64(a[8:], f.Compare)
-}
-
-// PSVSeg is a view of a SET_PSV segment.
-//
-//	0: psv_index (24 bits)  4: syndrome(16)  6: reserved  8: transient signature: BE32 bg<<16|app, BE32 ref_tag
-type PSVSeg []byte
-
-// PSVFields are the fields of a SET_PSV segment.
-type PSVFields struct {
-	Index    uint32
-	Syndrome uint16
-	Guard    uint16 // bg: the guard seed
-	AppTag   uint16
-	RefTag   uint32
-}
-
-// Fields decodes the segment.
-func (p PSVSeg) Fields() PSVFields {
-	ts := binary.BigEndian.Uint32(p[8:])
-	return PSVFields{
-		Index:    binary.BigEndian.Uint32(p) & 0xFFFFFF,
-		Syndrome: binary.BigEndian.Uint16(p[4:]),
-		Guard:    uint16(ts >> 16),
-		AppTag:   uint16(ts),
-		RefTag:   binary.BigEndian.Uint32(p[12:]),
-	}
-}
-
-// Encode writes f into the segment.
-func (p PSVSeg) Encode(f *PSVFields) {
-	binary.BigEndian.PutUint32(p, f.Index&0xFFFFFF)
-	binary.BigEndian.PutUint16(p[4:], f.Syndrome)
-	binary.BigEndian.PutUint16(p[6:], 0)
-	binary.BigEndian.PutUint32(p[8:], uint32(f.Guard)<<16|uint32(f.AppTag))
-	binary.BigEndian.PutUint32(p[12:], f.RefTag)
 }

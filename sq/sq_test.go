@@ -55,11 +55,6 @@ func TestSegmentsRoundTrip(t *testing.T) {
 	ab := make(AtomicSeg, AtomicSize)
 	ab.Encode(&a)
 	assert.Equal(t, a, ab.Fields(), "atomic round trip")
-	p := PSVFields{Index: 0x123456, Syndrome: 0, Guard: 0xFFFF, AppTag: 0x1234, RefTag: 0xdeadbeef}
-	pb := make(PSVSeg, PSVSegSize)
-	pb.Encode(&p)
-	assert.Equal(t, p, pb.Fields(), "psv round trip")
-	assert.Equal(t, unhex(t, "00123456 0000 0000 ffff1234 deadbeef"), []byte(pb), "psv bytes")
 	for ds, want := range map[uint8]int{3: 1, 4: 1, 5: 2, 16: 4} {
 		assert.Equal(t, want, WQEBBs(ds), "WQEBBs(%d)", ds)
 	}

@@ -145,7 +145,7 @@ func (d *demo) register() error {
 					bsf.CheckMask, demoIV, bsf.Wire.RefTag)
 			}
 		case sq.OpSetPSV:
-			p := sq.PSVSeg(w.Bytes[sq.CtrlSegSize:]).Fields()
+			p := psv.SetPSVSeg(w.Bytes[sq.CtrlSegSize:]).Fields()
 			fmt.Fprintf(d.w, "  PSV %#x: seed %#04x app %#04x ref %#x", p.Index, p.Guard, p.AppTag, p.RefTag)
 		}
 		fmt.Fprintln(d.w)

@@ -150,7 +150,7 @@ func setPSV(t testing.TB, e *endpoint, index uint32, wrid uint64) {
 	t.Helper()
 	w := make([]byte, sq.WQEBBSize)
 	sq.CtrlSeg(w).Encode(&sq.CtrlFields{WQEIndex: e.qp.CurPost(), Opcode: sq.OpSetPSV, QPN: e.qp.QPN(), DS: 2, CE: sq.CECQUpdate})
-	sq.PSVSeg(w[sq.CtrlSegSize:]).Encode(&sq.PSVFields{Index: index, Guard: 0x1234, AppTag: 0x5678, RefTag: 9})
+	psv.SetPSVSeg(w[sq.CtrlSegSize:]).Encode(&psv.SetPSVFields{Index: index, Guard: 0x1234, AppTag: 0x5678, RefTag: 9})
 	require.NoError(t, e.qp.PostRawWQE(w[:32], wrid))
 }
 

@@ -118,7 +118,7 @@ func (qp *QP) postIntegrity(wr *SendWR) error {
 		idx uint32
 		d   *SigDomain
 	}{{g.psvMem, &g.attrs.Mem}, {g.psvWire, &g.attrs.Wire}} {
-		f := sq.PSVFields{Index: p.idx}
+		f := psv.SetPSVFields{Index: p.idx}
 		if p.d.Type == SigTypeT10DIF {
 			f.Guard, f.AppTag, f.RefTag = p.d.Bg, p.d.AppTag, p.d.RefTag
 		}
@@ -161,10 +161,10 @@ func (qp *QP) postPIMRUMR(wr *SendWR, pi *MR, mode klm.AccessMode, start uint64,
 // postSetPSV posts a SET_PSV WQE that loads f into a PSV, for wr: it
 // keeps wr's SendSignaled only when keepSignal (the last WQE of a chain
 // completes it) and is solicited when solicited is. Called with smu held.
-func (qp *QP) postSetPSV(wr *SendWR, f *sq.PSVFields, fence sq.Fence, keepSignal, solicited bool) error {
+func (qp *QP) postSetPSV(wr *SendWR, f *psv.SetPSVFields, fence sq.Fence, keepSignal, solicited bool) error {
 	w := qp.scratch[:sq.WQEBBSize]
 	clear(w)
-	sq.PSVSeg(w[sq.CtrlSegSize:]).Encode(f)
+	psv.SetPSVSeg(w[sq.CtrlSegSize:]).Encode(f)
 	psvWR := *wr
 	if !keepSignal {
 		psvWR.Flags &^= SendSignaled

@@ -223,7 +223,7 @@ func (m *Mkey) sigBSF(b []byte, s *SigBlock) error {
 
 // domainBSF returns a domain's block format selector, its inline section
 // and its PSV's transient signature (as guard, app tag, ref tag).
-func domainBSF(d *SigBlockDomain) (bfs uint8, in psv.InlineFields, f sq.PSVFields) {
+func domainBSF(d *SigBlockDomain) (bfs uint8, in psv.InlineFields, f psv.SetPSVFields) {
 	if d.Type == SigBlockT10DIF {
 		in = psv.InlineFields{Valid: true, Refresh: true, AppTag: d.AppTag, RefTag: d.RefTag, SigType: psv.SigTypeCRC,
 			RepeatBlock: true, Seed: d.Bg != 0, IncRefTag: d.RefRemap, AppTagMask: 0xFFFF}
@@ -236,7 +236,7 @@ func domainBSF(d *SigBlockDomain) (bfs uint8, in psv.InlineFields, f sq.PSVField
 		case d.AppEscape:
 			in.Escape = psv.EscapeApp
 		}
-		return 0, in, sq.PSVFields{Guard: d.Bg, AppTag: d.AppTag, RefTag: d.RefTag}
+		return 0, in, psv.SetPSVFields{Guard: d.Bg, AppTag: d.AppTag, RefTag: d.RefTag}
 	}
 	bfs = [...]uint8{psv.BFSCRC32, psv.BFSCRC32C, psv.BFSCRC64XP10}[d.CRC] | psv.BFSRepeat
 	if d.Seed == 0 {
@@ -246,5 +246,5 @@ func domainBSF(d *SigBlockDomain) (bfs uint8, in psv.InlineFields, f sq.PSVField
 	if d.CRC == CRC64XP10 {
 		tsig = d.Seed
 	}
-	return bfs, in, sq.PSVFields{Guard: uint16(tsig >> 48), AppTag: uint16(tsig >> 32), RefTag: uint32(tsig)}
+	return bfs, in, psv.SetPSVFields{Guard: uint16(tsig >> 48), AppTag: uint16(tsig >> 32), RefTag: uint32(tsig)}
 }
