@@ -506,9 +506,7 @@ func TestTableUpdate(t *testing.T) {
 
 	// A successful update publishes a new context; the old one is untouched.
 	err := e.tbl.Update(k.Index(), func(cur *klm.Mkey) (*klm.Mkey, error) {
-		if cur != old {
-			t.Error("build got a context other than the current one")
-		}
+		assert.EqualValues(t, old, cur, "build got a context other than the current one")
 		n := cur.Clone()
 		n.XLT = klmXLT(klm.KLMFields{ByteCount: 0x100, Key: klm.ReservedLKey, VA: 0x1800})
 		return n, nil

@@ -1152,9 +1152,7 @@ func TestSPDKGenerateAndVerify(t *testing.T) {
 				bad.Seed = 0
 				e = wantErrType(t, Verify(bad, CheckAll, buf), ErrorGuard, 0)
 				s := mkSide(bad)
-				if e.Expected != s.guardOf(data[:g.interval], make([]byte, s.prefix)) {
-					t.Errorf("guard error expected %#x is not the computed guard", e.Expected)
-				}
+				assert.EqualValues(t, s.guardOf(data[:g.interval], make([]byte, s.prefix)), e.Expected, "guard error expected %#x is not the computed guard", e.Expected)
 			})
 		}
 	}
@@ -1799,13 +1797,9 @@ func TestSPDKCopyInsertStrip(t *testing.T) {
 					} else {
 						m = bounce.Data[i*s.unit()+g.interval:][:s.meta]
 					}
-					if !bytes.Equal(bounce.Data[i*s.unit():][:g.interval], data[i*g.interval:][:g.interval]) {
-						t.Fatalf("%s: bounce data block %d", g.name, i)
-					}
+					require.True(t, bytes.Equal(bounce.Data[i*s.unit():][:g.interval], data[i*g.interval:][:g.interval]), "%s: bounce data block %d", g.name, i)
 					rest := append(append([]byte{}, m[:s.piOff]...), m[s.piOff+s.tuple:]...)
-					if !bytes.Equal(rest, make([]byte, len(rest))) {
-						t.Fatalf("%s: bounce metadata block %d not zero outside the tuple", g.name, i)
-					}
+					require.True(t, bytes.Equal(rest, make([]byte, len(rest))), "%s: bounce metadata block %d not zero outside the tuple", g.name, i)
 				}
 				back := make([]byte, len(data))
 				if n, err := Strip(d, check, back, bounce); err != nil || n != len(data) || !bytes.Equal(back, data) {
@@ -2066,7 +2060,5 @@ func TestConfigNotModified(t *testing.T) {
 	if _, err := Apply(&c, Buf{Data: dst}, src); err != nil {
 		t.Fatal(err)
 	}
-	if c != orig {
-		t.Fatalf("Apply modified its config: %+v", c)
-	}
+	require.EqualValues(t, orig, c, "Apply modified its config: %+v", c)
 }

@@ -262,9 +262,7 @@ func TestStreamCloseErrors(t *testing.T) {
 	}
 	newS := func(c Config) *Stream {
 		s, err := NewStream(&c)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		return s
 	}
 	t.Run("empty", func(t *testing.T) {
@@ -293,9 +291,7 @@ func TestStreamCloseErrors(t *testing.T) {
 		if _, n, err := s.Process(nil, prot.Data[:520]); err != nil || n != 520 {
 			t.Fatal(n, err)
 		}
-		if err := s.Close(); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, s.Close())
 	})
 	t.Run("generate mid block", func(t *testing.T) {
 		s := newS(Config{Out: d})
@@ -317,9 +313,7 @@ func TestStreamCloseErrors(t *testing.T) {
 		if nd, ns, err := s.Process(rest, nil); err != nil || nd != 5 || ns != 0 {
 			t.Fatal(nd, ns, err)
 		}
-		if err := s.Close(); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, s.Close())
 		want := mustGenerate(t, d, data[:512]).Data
 		if got := append(out, rest...); !bytes.Equal(got, want) {
 			t.Fatalf("resumed generate % x, want % x", got[512:], want[512:])
@@ -355,9 +349,7 @@ func TestStreamCloseErrors(t *testing.T) {
 		}
 		// FirstError returns a copy.
 		s.FirstError().Block = 99
-		if s.FirstError().Block != 1 {
-			t.Fatal("FirstError shares its record")
-		}
+		require.EqualValues(t, 1, s.FirstError().Block, "FirstError shares its record")
 		// Reset forgets it; the same input gives the same error again.
 		s.Reset()
 		if s.FirstError() != nil || s.Close() != nil {
@@ -396,9 +388,7 @@ func TestStreamCloseErrors(t *testing.T) {
 			if _, n, err := s.Process(nil, buf.Data); err != nil || n != 1024 {
 				t.Fatal(n, err)
 			}
-			if err := s.Close(); err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, s.Close())
 			s.Reset()
 		}
 	})
@@ -418,9 +408,7 @@ func TestStreamNoProgress(t *testing.T) {
 	d := Domain{Format: FormatPI16, Type: Type1, Interval: 512}
 	for _, c := range []Config{{Out: d}, {In: d, Check: CheckAll}, {}, {In: d, Discard: true}} {
 		s, err := NewStream(&c)
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		if nd, ns, err := s.Process(nil, nil); nd != 0 || ns != 0 || err != nil {
 			t.Errorf("%s: Process(nil, nil) = %d, %d, %v", describe(&c, 0), nd, ns, err)
 		}

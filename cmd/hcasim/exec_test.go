@@ -1,6 +1,7 @@
 package main
 
 import (
+	"github.com/stretchr/testify/require"
 	"os"
 	"path/filepath"
 	"strings"
@@ -14,13 +15,9 @@ import (
 // gone afterwards.
 func TestExecEnvAndStatus(t *testing.T) {
 	lib := t.TempDir()
-	if err := os.WriteFile(filepath.Join(lib, "libibverbs.so.1"), nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, os.WriteFile(filepath.Join(lib, "libibverbs.so.1"), nil, 0o644))
 	code, out, errOut := runCLI("exec", "--lib", lib, "--", "sh", "-c", `echo "$LD_LIBRARY_PATH"; echo "$HCASIM_SOCKET"; test -S "$HCASIM_SOCKET" && exit 3`)
-	if code != 3 {
-		t.Fatalf("exit %d, want the child's 3; stdout %q stderr %q", code, out, errOut)
-	}
+	require.EqualValues(t, 3, code, "exit %d, want the child's 3; stdout %q stderr %q", code, out, errOut)
 	lines := strings.Split(strings.TrimSpace(out), "\n")
 	if len(lines) != 2 || !strings.HasPrefix(lines[0], lib) || !strings.HasSuffix(lines[1], "hcasim.sock") {
 		t.Fatalf("child environment %q", out)

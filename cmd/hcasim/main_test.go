@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	"net"
 	"os"
 	"os/exec"
@@ -52,15 +54,11 @@ func TestConformVectors(t *testing.T) {
 func TestConformFailuresAndMalformed(t *testing.T) {
 	dir := t.TempDir()
 	good, err := os.ReadFile("../../testvectors/public.jsonl")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	lines := strings.SplitN(string(good), "\n", 3)
 	// A case whose expected value is wrong fails with its id and what differed.
 	bad := strings.Replace(lines[0], `"value":"0xd0db"`, `"value":"0xd0dc"`, 1)
-	if bad == lines[0] {
-		t.Fatal("first public case changed; update the test")
-	}
+	require.NotEqualValues(t, lines[0], bad, "first public case changed; update the test")
 	f1 := filepath.Join(dir, "bad.jsonl")
 	os.WriteFile(f1, []byte(lines[1]+"\n"+bad+"\n"), 0o644)
 	code, out, _ := runCLI("conform", f1)
@@ -84,9 +82,7 @@ func TestConformFailuresAndMalformed(t *testing.T) {
 
 func TestSpeedJSON(t *testing.T) {
 	code, out, errOut := runCLI("speed", "--json", "--runs", "1", "--time", "1ms", "--filter", "/4096/")
-	if code != 0 {
-		t.Fatalf("exit %d, stderr %q", code, errOut)
-	}
+	require.EqualValues(t, 0, code, "exit %d, stderr %q", code, errOut)
 	var rows []struct {
 		Kernel   string   `json:"kernel"`
 		Impl     string   `json:"impl"`
@@ -105,9 +101,7 @@ func TestSpeedJSON(t *testing.T) {
 		}
 	}
 	for _, k := range []string{"crc16", "crc64nvme", "crc32c", "ipcsum", "insert", "verify", "strip"} {
-		if !kernels[k] {
-			t.Errorf("no %s row", k)
-		}
+		assert.True(t, kernels[k], "no %s row", k)
 	}
 }
 
@@ -130,9 +124,7 @@ func regexpLine(out, suffix string) bool {
 func TestPerfJSON(t *testing.T) {
 	for _, op := range []string{"write", "read", "send"} {
 		code, out, errOut := runCLI("perf", op, "--size", "128", "--qd", "4", "--duration", "200ms", "--json")
-		if code != 0 {
-			t.Fatalf("%s: exit %d, stderr %q", op, code, errOut)
-		}
+		require.EqualValues(t, 0, code, "%s: exit %d, stderr %q", op, code, errOut)
 		var r struct {
 			Op           string   `json:"op"`
 			Size         int      `json:"size"`
@@ -164,9 +156,7 @@ func TestDemo(t *testing.T) {
 		t.Fatalf("exit %d, stderr %q, output tail %q", code, errOut, tail(out))
 	}
 	for _, want := range []string{"REG_MR_INTEGRITY", "the stream equals t10dif's INSERT", "IB_SIG_BAD_GUARD at offset 2600", "exit 0"} {
-		if !strings.Contains(out, want) {
-			t.Errorf("demo output lacks %q", want)
-		}
+		assert.True(t, strings.Contains(out, want), "demo output lacks %q", want)
 	}
 }
 
@@ -186,9 +176,7 @@ func hcasimChild(t *testing.T, args ...string) (*exec.Cmd, *bytes.Buffer) {
 	cmd.Env = append(os.Environ(), "HCASIM_TEST_MAIN=1")
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, cmd.Start())
 	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
 	return cmd, &out
 }
@@ -229,33 +217,23 @@ func TestServe(t *testing.T) {
 	}
 
 	ctx, err := verbs.Dial(sock)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer ctx.Close()
 	pd, _ := ctx.AllocPD()
 	cq, err := ctx.CreateCQ(16, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	qp, err := pd.CreateQP(&verbs.QPInitAttr{SendCQ: cq, RecvCQ: cq, Cap: verbs.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	if err := qp.Connect(qp.Info(), nil); err != nil { // looped back to itself
 		t.Fatal(err)
 	}
 	buf, _ := ctx.Alloc(4096)
 	mr, err := pd.RegMR(buf, verbs.AccessLocalWrite)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	if _, err := qp.PostRecv([]verbs.RecvWR{{WRID: 7, SG: []verbs.SGE{mr.SGE(0, 64)}}, {WRID: 8, SG: []verbs.SGE{mr.SGE(64, 64)}}}); err != nil {
 		t.Fatal(err)
 	}
-	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
 	var got []verbs.WC
 	wcs := make([]verbs.WC, 4)
 	for deadline := time.Now().Add(5 * time.Second); len(got) < 2 && time.Now().Before(deadline); {
@@ -272,9 +250,7 @@ func TestServe(t *testing.T) {
 	if _, err := os.Stat(sock); !os.IsNotExist(err) {
 		t.Errorf("socket left behind: %v", err)
 	}
-	if !strings.Contains(out.String(), "stopped") {
-		t.Errorf("no stop record in the log:\n%s", out)
-	}
+	assert.True(t, strings.Contains(out.String(), "stopped"), "no stop record in the log:\n%s", out)
 	if _, err := pd.AllocMR(verbs.MRTypeMemReg, 4); err == nil {
 		t.Error("a command succeeded after the daemon stopped")
 	}
@@ -294,9 +270,7 @@ func TestPerfRoles(t *testing.T) {
 	} {
 		srv, sout := hcasimChild(t, "perf", "--role", "server", "--connect", sock, "--json")
 		code, out, errOut := runCLI(append(append([]string{"perf"}, run...), "--role", "client", "--connect", sock, "--duration", "200ms", "--json")...)
-		if code != 0 {
-			t.Fatalf("%v: client exit %d, stderr %q", run, code, errOut)
-		}
+		require.EqualValues(t, 0, code, "%v: client exit %d, stderr %q", run, code, errOut)
 		var r perfResult
 		if err := json.Unmarshal([]byte(out), &r); err != nil || r.Op != run[0] || r.OpsPerSec <= 0 {
 			t.Fatalf("%v: client output %q", run, out)

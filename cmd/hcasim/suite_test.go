@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"github.com/stretchr/testify/require"
 	"math/rand/v2"
 	"path/filepath"
 	"testing"
@@ -15,9 +16,7 @@ func dialOpener(path string) hcatest.Opener {
 	return func(t testing.TB) *verbs.Context {
 		t.Helper()
 		ctx, err := verbs.Dial(path)
-		if err != nil {
-			t.Fatalf("dial: %v", err)
-		}
+		require.NoError(t, err, "dial")
 		t.Cleanup(func() { ctx.Close() })
 		return ctx
 	}

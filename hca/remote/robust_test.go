@@ -702,9 +702,7 @@ func TestUnmappedIOVAs(t *testing.T) {
 	cmd := func(in ifc.In) ifc.Out { return ifc.Out(a.ctx.Function().Command(in)) }
 	for _, addr := range []uint64{foreign, 0, 0x1000, 1 << 62, ^uint64(0) &^ 0xFFF} {
 		out := cmd(ifc.NewIn(ifc.CmdCreateCQ, ifc.CQInSize).Put8(ifc.CQInLogSize, 4).Put64(ifc.CQInRing, addr).Put64(ifc.CQInDBRec, addr+4096))
-		if out.Status() == ifc.StatusOK {
-			t.Errorf("CREATE_CQ with its ring at %#x (not mapped by the function) succeeded", addr)
-		}
+		assert.NotEqualValues(t, ifc.StatusOK, out.Status(), "CREATE_CQ with its ring at %#x (not mapped by the function) succeeded", addr)
 	}
 	// A CQ whose ring is A's but doorbell record is not.
 	abuf, err := a.ctx.Alloc(1 << 16)
@@ -745,16 +743,12 @@ func TestUnmappedIOVAs(t *testing.T) {
 		connectEPs(t, ea, ec, &verbs.ConnectOptions{Timeout: 8, RetryCnt: 1}, nil)
 		post(t, ea, write(2, verbs.SGE{Addr: foreign, Length: 4096, LKey: key}, c.mr.Addr, c.mr.RKey))
 		hcatest.CheckErr(t, "a WRITE out of another function's memory through an mkey over it", hcatest.Poll1(t, ea.scq), 2, verbs.WCLocProtErr, 0)
-		if !allZero(c.buf) {
-			t.Errorf("C's memory changed")
-		}
+		assert.True(t, allZero(c.buf), "C's memory changed")
 	} else {
 		t.Logf("CREATE_MKEY over B's addresses refused: %v", out.Err(ifc.CmdCreateMkey))
 	}
 	for i, x := range b.buf {
-		if x != 0xB5 {
-			t.Fatalf("B's memory changed at %d: %#x", i, x)
-		}
+		require.EqualValues(t, 0xB5, x, "B's memory changed at %d: %#x", i, x)
 	}
 	healthy(t, path)
 }
@@ -810,9 +804,7 @@ func TestForeignKeys(t *testing.T) {
 	// B's lkey (and address) in A's WQE.
 	post(t, ea, write(1, verbs.SGE{Addr: bmr.Addr, Length: 64, LKey: bmr.LKey}, c.mr.Addr, c.mr.RKey))
 	hcatest.CheckErr(t, "a WRITE from B's lkey", hcatest.Poll1(t, ea.scq), 1, verbs.WCLocProtErr, 0)
-	if !allZero(c.buf) {
-		t.Errorf("C received data through B's lkey")
-	}
+	assert.True(t, allZero(c.buf), "C received data through B's lkey")
 
 	// B's rkey through A's QP connected to C.
 	ea, ec = a.ep(t, nil), c.ep(t, nil)
@@ -824,14 +816,10 @@ func TestForeignKeys(t *testing.T) {
 	post(t, ea, read(3, a.mr.SGE(0, 64), bmr.Addr, bmr.RKey))
 	hcatest.CheckErr(t, "a READ from B's rkey through a QP connected to C", hcatest.Poll1(t, ea.scq), 3, verbs.WCRemAccessErr, 0)
 	for i, x := range bmr.Buf {
-		if x != 0xBB {
-			t.Fatalf("B's memory changed at %d", i)
-		}
+		require.EqualValues(t, 0xBB, x, "B's memory changed at %d", i)
 	}
 	for i, x := range a.buf {
-		if x != 0xAA {
-			t.Fatalf("A's memory changed at %d", i)
-		}
+		require.EqualValues(t, 0xAA, x, "A's memory changed at %d", i)
 	}
 
 	// Through a QP connected to B, B's rkey works, within its rights.
@@ -849,9 +837,7 @@ func TestForeignKeys(t *testing.T) {
 	require.NoError(t, err)
 	post(t, ea, write(5, a.mr.SGE(0, 64), ro.Addr, ro.RKey))
 	hcatest.CheckErr(t, "a WRITE to B's read-only MR", hcatest.Poll1(t, ea.scq), 5, verbs.WCRemAccessErr, 0)
-	if !allZero(roBuf) {
-		t.Errorf("B's read-only MR was written")
-	}
+	assert.True(t, allZero(roBuf), "B's read-only MR was written")
 	healthy(t, path)
 }
 
@@ -912,15 +898,11 @@ func TestForeignDoorbells(t *testing.T) {
 		afn.ArmCQ(eb.rcq.Handle(), cq.ArmWord(1, cq.ArmNext, 0))
 	}
 	hcatest.Quiet(t, eb.scq, 50*time.Millisecond, "B's send CQ after A rang B's QP")
-	if !allZero(a.mr.Buf[:9]) {
-		t.Fatalf("B's WRITE executed on A's doorbell")
-	}
+	require.True(t, allZero(a.mr.Buf[:9]), "B's WRITE executed on A's doorbell")
 	// B's own doorbell runs it; B's CQ was not armed by A: no event.
 	cl.RingSQ(eb.qp.QPN())
 	hcatest.CheckErr(t, "B's WRITE on its own doorbell", hcatest.Poll1(t, eb.scq), 1, verbs.WCSuccess, 0)
-	if string(a.mr.Buf[:9]) != "held back" {
-		t.Fatalf("the WRITE did not land: %q", a.mr.Buf[:9])
-	}
+	require.EqualValues(t, "held back", string(a.mr.Buf[:9]), "the WRITE did not land: %q", a.mr.Buf[:9])
 	select {
 	case q := <-bch.C:
 		t.Fatalf("B's CQ %d notified: A's ARM_CQ reached it", q.Handle())
@@ -1011,21 +993,13 @@ func TestPeerDies(t *testing.T) {
 		for i < len(got) && got[i].Status == verbs.WCSuccess {
 			i++
 		}
-		if i == len(got) {
-			t.Fatalf("round %d: every WR of A succeeded, though the SENDs had no receive", round)
-		}
-		if got[i].Status != verbs.WCRetryExcErr {
-			t.Errorf("round %d: first failed WR %#x: %v, want RETRY_EXC_ERR", round, got[i].WRID, got[i].Status)
-		}
+		require.NotEqualValues(t, len(got), i, "round %d: every WR of A succeeded, though the SENDs had no receive", round)
+		assert.EqualValues(t, verbs.WCRetryExcErr, got[i].Status, "round %d: first failed WR %#x: %v, want RETRY_EXC_ERR", round, got[i].WRID, got[i].Status)
 		for _, wc := range got[i+1:] {
-			if wc.Status != verbs.WCWRFlushErr {
-				t.Errorf("round %d: WR %#x after the failure: %v, want WR_FLUSH_ERR", round, wc.WRID, wc.Status)
-			}
+			assert.EqualValues(t, verbs.WCWRFlushErr, wc.Status, "round %d: WR %#x after the failure: %v, want WR_FLUSH_ERR", round, wc.WRID, wc.Status)
 		}
 		for k, wc := range got {
-			if wc.WRID != wrs[k].WRID {
-				t.Errorf("round %d: completion %d is WR %#x, want %#x", round, k, wc.WRID, wrs[k].WRID)
-			}
+			assert.EqualValues(t, wrs[k].WRID, wc.WRID, "round %d: completion %d is WR %#x, want %#x", round, k, wc.WRID, wrs[k].WRID)
 		}
 		// A's receives: B's SENDs may have taken them before B died;
 		// whatever is left flushes now that A's QP is in error.
@@ -1277,14 +1251,10 @@ func TestShutdown(t *testing.T) {
 	stopped := make(chan struct{})
 	go func() { s.Shutdown(grace); close(stopped) }()
 	for _, wc := range hcatest.PollWithin(t, ea.scq, 3, grace) {
-		if wc.Status != verbs.WCWRFlushErr {
-			t.Errorf("A's WR %d at shutdown: %v, want WR_FLUSH_ERR", wc.WRID, wc.Status)
-		}
+		assert.EqualValues(t, verbs.WCWRFlushErr, wc.Status, "A's WR %d at shutdown: %v, want WR_FLUSH_ERR", wc.WRID, wc.Status)
 	}
 	for _, wc := range hcatest.PollWithin(t, eb2.rcq, 2, grace) {
-		if wc.Status != verbs.WCWRFlushErr {
-			t.Errorf("B's receive %d at shutdown: %v, want WR_FLUSH_ERR", wc.WRID, wc.Status)
-		}
+		assert.EqualValues(t, verbs.WCWRFlushErr, wc.Status, "B's receive %d at shutdown: %v, want WR_FLUSH_ERR", wc.WRID, wc.Status)
 	}
 	if el := time.Since(start); el >= grace {
 		t.Errorf("the flush completions came after the grace period (%v)", el)
@@ -1459,9 +1429,7 @@ func TestReplyTimeout(t *testing.T) {
 	defer func() { remote.ReplyTimeout = old }()
 	start := time.Now()
 	_, err = remote.Dial(path)
-	if !errors.Is(err, remote.ErrTimeout) {
-		t.Fatalf("Dial to a mute daemon: %v, want ErrTimeout", err)
-	}
+	require.True(t, errors.Is(err, remote.ErrTimeout), "Dial to a mute daemon: %v, want ErrTimeout", err)
 	if el := time.Since(start); el > 5*time.Second {
 		t.Errorf("Dial gave up after %v", el)
 	}
