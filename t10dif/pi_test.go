@@ -761,15 +761,9 @@ func applyChecked(t *testing.T, c *Config, src Buf, what string) {
 	orig := cloneBuf(src)
 	junk := cloneBuf(dst)
 	n, err := Apply(c, dst, src)
-	if msg := sameErr(err, want.err); msg != "" {
-		t.Fatalf("%s: %s: %s", what, describe(c, len(want.data)), msg)
-	}
-	if msg := compareOut(want, dst, n); msg != "" {
-		t.Fatalf("%s: %s: %s", what, describe(c, len(want.data)), msg)
-	}
-	if msg := slackCheck(dst, junk, want); msg != "" {
-		t.Fatalf("%s: %s: %s", what, describe(c, len(want.data)), msg)
-	}
+	require.Empty(t, sameErr(err, want.err), "%s: %s", what, describe(c, len(want.data)))
+	require.Empty(t, compareOut(want, dst, n), "%s: %s", what, describe(c, len(want.data)))
+	require.Empty(t, slackCheck(dst, junk, want), "%s: %s", what, describe(c, len(want.data)))
 	if !bytes.Equal(src.Data, orig.Data) || !bytes.Equal(src.Meta, orig.Meta) {
 		t.Fatalf("%s: %s: the input was modified", what, describe(c, len(want.data)))
 	}
@@ -894,12 +888,8 @@ func TestWrappersMatchApply(t *testing.T) {
 			case 4:
 				got, err = Translate(d, d2, check, cpy, dst, src)
 			}
-			if msg := sameErr(err, want.err); msg != "" {
-				t.Fatalf("case %d wrapper %d %s: %s", i, k, describe(&c, n), msg)
-			}
-			if msg := compareOut(want, dst, got); msg != "" {
-				t.Fatalf("case %d wrapper %d %s: %s", i, k, describe(&c, n), msg)
-			}
+			require.Empty(t, sameErr(err, want.err), "case %d wrapper %d %s", i, k, describe(&c, n))
+			require.Empty(t, compareOut(want, dst, got), "case %d wrapper %d %s", i, k, describe(&c, n))
 		}
 	}
 }
@@ -1770,9 +1760,7 @@ func checkInjected(t *testing.T, name string, d Domain, b Buf, data []byte, want
 	c := Config{In: d, Check: CheckAll, Discard: true}
 	for _, piece := range []int{1, 7, d.Interval + 3} {
 		_, err := streamPieces(t, &c, Buf{}, b, fixedPieces(piece), fixedPieces(piece))
-		if msg := sameErr(err, want); msg != "" {
-			t.Fatalf("%s: stream pieces %d: %s", name, piece, msg)
-		}
+		require.Empty(t, sameErr(err, want), "%s: stream pieces %d", name, piece)
 	}
 }
 
@@ -2042,9 +2030,7 @@ func TestInPlace(t *testing.T) {
 		} else {
 			_, err = Apply(&c, buf, buf)
 		}
-		if msg := sameErr(err, want.err); msg != "" {
-			t.Fatalf("case %d %s: %s", i, describe(&c, n), msg)
-		}
+		require.Empty(t, sameErr(err, want.err), "case %d %s", i, describe(&c, n))
 		if !bytes.Equal(buf.Data, want.data) || !bytes.Equal(buf.Meta, want.meta) {
 			t.Fatalf("case %d %s: in-place output differs", i, describe(&c, n))
 		}

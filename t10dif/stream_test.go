@@ -137,12 +137,8 @@ func streamVsApply(t *testing.T, c *Config, src Buf, in, out pieces, what string
 	if msg := sameErr(serr, want.err); msg != "" {
 		t.Fatalf("%s: %s: stream: %s (apply: %v)", what, describe(c, len(src.Data)), msg, aerr)
 	}
-	if msg := compareOut(want, sd, sn); msg != "" {
-		t.Fatalf("%s: %s: stream: %s", what, describe(c, len(src.Data)), msg)
-	}
-	if msg := sameErr(aerr, want.err); msg != "" {
-		t.Fatalf("%s: %s: apply: %s", what, describe(c, len(src.Data)), msg)
-	}
+	require.Empty(t, compareOut(want, sd, sn), "%s: %s: stream", what, describe(c, len(src.Data)))
+	require.Empty(t, sameErr(aerr, want.err), "%s: %s: apply", what, describe(c, len(src.Data)))
 	if an != sn || !bytes.Equal(ad.Data, sd.Data) || !bytes.Equal(ad.Meta, sd.Meta) {
 		t.Fatalf("%s: %s: stream output differs from Apply", what, describe(c, len(src.Data)))
 	}
@@ -510,12 +506,8 @@ func TestStreamProcessBlockMatchesApply(t *testing.T) {
 		sd := outBufs(want)
 		sn, serr := streamBlocks(t, &c, sd, src, out, &whole)
 		what := fmt.Sprintf("case %d: %s", i, describe(&c, len(src.Data)))
-		if msg := sameErr(serr, want.err); msg != "" {
-			t.Fatalf("%s: %s", what, msg)
-		}
-		if msg := compareOut(want, sd, sn); msg != "" {
-			t.Fatalf("%s: %s", what, msg)
-		}
+		require.Empty(t, sameErr(serr, want.err), "%s", what)
+		require.Empty(t, compareOut(want, sd, sn), "%s", what)
 	}
 	require.Equal(t, 300, ran, "configurations with interleaved input PI")
 	require.Greater(t, whole, 100, "blocks ProcessBlock took in one step")
