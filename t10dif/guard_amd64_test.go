@@ -7,6 +7,7 @@ import (
 	"unsafe"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // The assembly addresses foldKeys by the offsets fixed in asm_gen.go.
@@ -54,7 +55,6 @@ func TestBarrettMu(t *testing.T) {
 		}
 	}
 	hi ^= uint64(1)<<16 | crc16Poly // x^64·P
-	if hi != 1<<16 || lo>>16 != 0 {
-		t.Fatalf("(x^64+mu)·P = %#x:%#x, want x^80 plus a remainder below x^16", hi, lo)
-	}
+	require.Equal(t, uint64(1<<16), hi, "(x^64+mu)·P = %#x:%#x, want x^80 plus a remainder below x^16", hi, lo)
+	require.Zero(t, lo>>16, "(x^64+mu)·P = %#x:%#x, want x^80 plus a remainder below x^16", hi, lo)
 }

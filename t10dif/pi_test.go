@@ -764,9 +764,8 @@ func applyChecked(t *testing.T, c *Config, src Buf, what string) {
 	require.Empty(t, sameErr(err, want.err), "%s: %s", what, describe(c, len(want.data)))
 	require.Empty(t, compareOut(want, dst, n), "%s: %s", what, describe(c, len(want.data)))
 	require.Empty(t, slackCheck(dst, junk, want), "%s: %s", what, describe(c, len(want.data)))
-	if !bytes.Equal(src.Data, orig.Data) || !bytes.Equal(src.Meta, orig.Meta) {
-		t.Fatalf("%s: %s: the input was modified", what, describe(c, len(want.data)))
-	}
+	require.True(t, bytes.Equal(src.Data, orig.Data) && bytes.Equal(src.Meta, orig.Meta),
+		"%s: %s: the input was modified", what, describe(c, len(want.data)))
 }
 
 // slackCheck verifies the bytes after the output are still the junk.
@@ -843,9 +842,7 @@ func TestApplyMatchesModel(t *testing.T) {
 	}
 	// The generator must reach every outcome often.
 	for _, k := range []string{"clean", "error guard", "error reftag", "error apptag"} {
-		if kinds[k] < iters/50 {
-			t.Errorf("only %d cases with outcome %q: %v", kinds[k], k, kinds)
-		}
+		assert.GreaterOrEqual(t, kinds[k], iters/50, "cases with outcome %q: %v", k, kinds)
 	}
 }
 
@@ -933,18 +930,17 @@ func TestFormatHelpers(t *testing.T) {
 		{FormatPI16, 16, 1<<48 - 1, "pi16"},
 		{Format(9), 0, 0, "Format(9)"},
 	} {
-		if tc.f.TupleSize() != tc.size || tc.f.RefTagMax() != tc.max || tc.f.String() != tc.label {
-			t.Errorf("%v: size %d max %#x", tc.f, tc.f.TupleSize(), tc.f.RefTagMax())
-		}
+		assert.Equal(t, tc.size, tc.f.TupleSize(), "%v: size", tc.label)
+		assert.Equal(t, tc.max, tc.f.RefTagMax(), "%v: max", tc.label)
+		assert.Equal(t, tc.label, tc.f.String(), "%v: name", tc.label)
 	}
 	d := Domain{Format: FormatPI16, Interval: 4096, MetaSize: 0}
-	if d.Meta() != 16 || d.BlockSize() != 4112 || !d.HasPI() {
-		t.Errorf("pi16 domain: meta %d block %d", d.Meta(), d.BlockSize())
-	}
+	assert.Equal(t, 16, d.Meta(), "pi16 domain: meta")
+	assert.Equal(t, 4112, d.BlockSize(), "pi16 domain: block")
+	assert.True(t, d.HasPI(), "pi16 domain: has PI")
 	d.MetaSize, d.Separate = 128, true
-	if d.Meta() != 128 || d.BlockSize() != 4096 {
-		t.Errorf("pi16 dix domain: meta %d block %d", d.Meta(), d.BlockSize())
-	}
+	assert.Equal(t, 128, d.Meta(), "pi16 dix domain: meta")
+	assert.Equal(t, 4096, d.BlockSize(), "pi16 dix domain: block")
 	assert.Zero(t, (Domain{}).Meta(), "zero domain has PI")
 	assert.False(t, (Domain{}).HasPI(), "zero domain has PI")
 	for _, s := range []fmt.Stringer{GuardCRC16, GuardIPChecksum, GuardCRC64NVMe, GuardDefault, GuardType(7),
@@ -954,9 +950,10 @@ func TestFormatHelpers(t *testing.T) {
 	e := &Error{Type: ErrorRefTag, Block: 3, Offset: 1536, Expected: 7, Actual: 8}
 	assert.Contains(t, e.Error(), "reftag", "Error()")
 	assert.Contains(t, e.Error(), "block 3", "Error()")
-	if errors.Is(e, ErrGuard) || errors.Is(e, ErrAppTag) || !errors.Is(e, ErrRefTag) || errors.Is(e, ErrParam) {
-		t.Error("*Error matches the wrong sentinels")
-	}
+	assert.ErrorIs(t, e, ErrRefTag, "*Error matches the wrong sentinels")
+	assert.NotErrorIs(t, e, ErrGuard, "*Error matches the wrong sentinels")
+	assert.NotErrorIs(t, e, ErrAppTag, "*Error matches the wrong sentinels")
+	assert.NotErrorIs(t, e, ErrParam, "*Error matches the wrong sentinels")
 }
 
 // The guard covers the metadata bytes before a tuple placed last, not those
@@ -991,20 +988,18 @@ func TestGuardCoverage(t *testing.T) {
 		}
 		buf[k] ^= 1
 		err := Verify(d, CheckAll, Buf{Data: buf})
-		if first && err != nil {
-			t.Errorf("first: uncovered metadata byte flip reported %v", err)
-		}
-		if !first && !errors.Is(err, ErrGuard) {
-			t.Errorf("last: covered metadata byte flip reported %v", err)
+		if first {
+			assert.NoError(t, err, "first: uncovered metadata byte flip reported")
+		} else {
+			assert.ErrorIs(t, err, ErrGuard, "last: covered metadata byte flip reported")
 		}
 	}
 	tab := crc64.MakeTable(0x9A6C9329AC4BC9B5)
 	for _, seed := range []uint64{0, 1, 0xCD, ^uint64(0), 0x0123456789ABCDEF} {
 		d := Domain{Format: FormatPI16, Type: Type1, Interval: 512, Seed: seed, MetaSize: 24}
 		out := make([]byte, 512+24)
-		if _, err := Generate(d, Buf{Data: out}, data); err != nil {
-			t.Fatal(err)
-		}
+		_, err := Generate(d, Buf{Data: out}, data)
+		require.NoError(t, err, "seed %#x: Generate", seed)
 		want := crc64.Update(seed, tab, append(append([]byte{}, data...), make([]byte, 8)...))
 		assert.Equal(t, want, binary.BigEndian.Uint64(out[512+8:]), "seed %#x: guard vs hash/crc64", seed)
 	}
@@ -1018,9 +1013,8 @@ func TestIPChecksumGuard(t *testing.T) {
 		for _, ms := range []int{8, 9, 11, 16} {
 			d := Domain{Format: FormatPI8, Guard: GuardIPChecksum, Type: Type1, Interval: 512, MetaSize: ms, Seed: seed}
 			out := make([]byte, 512+ms)
-			if _, err := Generate(d, Buf{Data: out}, data); err != nil {
-				t.Fatal(err)
-			}
+			_, err := Generate(d, Buf{Data: out}, data)
+			require.NoError(t, err, "seed %#x meta %d: Generate", seed, ms)
 			prefix := make([]byte, ms-8)
 			want := modelIPChecksum(uint16(seed), append(append([]byte{}, data...), prefix...))
 			assert.Equal(t, want, binary.BigEndian.Uint16(out[512+ms-8:]), "seed %#x meta %d: guard", seed, ms)
@@ -1030,9 +1024,8 @@ func TestIPChecksumGuard(t *testing.T) {
 	// All-zero data: guard 0xFFFF with seed 0.
 	d := Domain{Format: FormatPI8, Guard: GuardIPChecksum, Type: Type1, Interval: 512}
 	out := make([]byte, 520)
-	if _, err := Generate(d, Buf{Data: out}, make([]byte, 512)); err != nil {
-		t.Fatal(err)
-	}
+	_, err := Generate(d, Buf{Data: out}, make([]byte, 512))
+	require.NoError(t, err, "Generate zeros with the ip guard")
 	assert.Equal(t, uint16(0xFFFF), binary.BigEndian.Uint16(out[512:]), "ip guard of zeros")
 }
 
@@ -1095,9 +1088,8 @@ func mustGenerate(t *testing.T, d Domain, data []byte) Buf {
 	require.NoError(t, err, "Generate")
 	require.Equal(t, len(dst.Data), n, "Generate")
 	// Generate is the model's generate with zero non-tuple metadata.
-	if want := modelBuild(d, data, nil); !bytes.Equal(dst.Data, want.Data) || !bytes.Equal(dst.Meta, want.Meta) {
-		t.Fatalf("Generate output differs from the model")
-	}
+	want := modelBuild(d, data, nil)
+	require.True(t, bytes.Equal(dst.Data, want.Data) && bytes.Equal(dst.Meta, want.Meta), "Generate output differs from the model")
 	return dst
 }
 
@@ -1193,9 +1185,8 @@ func TestSPDKEscapes(t *testing.T) {
 			for b := range 3 { // constant ref: every block all ones
 				s := mkSide(d)
 				tup := buf.Data[b*s.unit()+g.interval+s.piOff:][:s.tuple]
-				if getBE(tup[s.gl+2:]) != all || getBE(tup[s.gl:s.gl+2]) != 0xFFFF {
-					t.Fatalf("block %d tuple % x not the unmapped pattern", b, tup)
-				}
+				require.Equal(t, all, getBE(tup[s.gl+2:]), "block %d tuple % x not the unmapped pattern: ref", b, tup)
+				require.Equal(t, uint64(0xFFFF), getBE(tup[s.gl:s.gl+2]), "block %d tuple % x not the unmapped pattern: app", b, tup)
 			}
 			exp = d
 			exp.AppTag, exp.RefTag = 0x22, 5
@@ -1219,9 +1210,8 @@ func TestSPDKEscapes(t *testing.T) {
 	// Generated unmapped PI for Type 1 keeps the initial ref (A5).
 	d = Domain{Format: FormatPI8, Type: Type1, Interval: 512, AppTag: 0xFFFF, RefTag: 0x10}
 	buf = mustGenerate(t, d, spdkData(1024))
-	if getBE(buf.Data[512+4:520]) != 0x10 || getBE(buf.Data[1024+8+4:]) != 0x11 {
-		t.Errorf("type 1 unmapped refs % x / % x", buf.Data[512:520], buf.Data[1032:])
-	}
+	assert.Equal(t, uint64(0x10), getBE(buf.Data[512+4:520]), "type 1 unmapped ref of block 0, tuple % x", buf.Data[512:520])
+	assert.Equal(t, uint64(0x11), getBE(buf.Data[1024+8+4:]), "type 1 unmapped ref of block 1, tuple % x", buf.Data[1032:])
 }
 
 // A3: generate with one format or guard, verify with another: the first
@@ -1334,8 +1324,9 @@ func TestPartialMasks(t *testing.T) {
 		}
 		e := wantErrType(t, err, tc.typ, 1)
 		// Expected and Actual are the whole fields, unmasked.
-		if tc.typ == ErrorRefTag && (e.Expected != 0x11223345 || e.Actual != 0x11223345^0x0100) {
-			t.Errorf("check %#02x: %+v", uint8(tc.check), *e)
+		if tc.typ == ErrorRefTag {
+			assert.EqualValues(t, 0x11223345, e.Expected, "check %#02x: %+v", uint8(tc.check), *e)
+			assert.EqualValues(t, 0x11223345^0x0100, e.Actual, "check %#02x: %+v", uint8(tc.check), *e)
 		}
 	}
 }
@@ -1424,27 +1415,20 @@ func TestParamValidation(t *testing.T) {
 	checkErr := func(t *testing.T, what string, err, want error) {
 		t.Helper()
 		if want == nil {
-			if err != nil {
-				t.Errorf("%s: %v, want nil", what, err)
-			}
+			assert.NoError(t, err, what)
 			return
 		}
-		if !errors.Is(err, want) || !errors.Is(err, ErrParam) {
-			t.Errorf("%s: %v, want %v and ErrParam", what, err, want)
-		}
+		assert.ErrorIs(t, err, want, what)
+		assert.ErrorIs(t, err, ErrParam, what)
 		for _, s := range sentinels {
-			if s != want && errors.Is(err, s) {
-				t.Errorf("%s: %v also matches %v", what, err, s)
+			if s != want {
+				assert.NotErrorIs(t, err, s, "%s: also matches another sentinel", what)
 			}
 		}
 		var e *Error
-		if errors.As(err, &e) {
-			t.Errorf("%s: a parameter error is an *Error", what)
-		}
+		assert.NotErrorAs(t, err, &e, "%s: a parameter error is an *Error", what)
 		for _, s := range []error{ErrGuard, ErrRefTag, ErrAppTag} {
-			if errors.Is(err, s) {
-				t.Errorf("%s: %v matches %v", what, err, s)
-			}
+			assert.NotErrorIs(t, err, s, "%s: matches a PI sentinel", what)
 		}
 	}
 	for _, c := range cases {
@@ -1452,17 +1436,15 @@ func TestParamValidation(t *testing.T) {
 			checkErr(t, "Validate", c.cfg.Validate(), c.want)
 			s, err := NewStream(&c.cfg)
 			checkErr(t, "NewStream", err, c.want)
-			if (s == nil) != (err != nil) {
-				t.Errorf("NewStream = %v, %v", s, err)
-			}
+			assert.Equal(t, err != nil, s == nil, "NewStream = %v, %v", s, err)
 			// Apply on an empty input reports the same parameter error.
 			n, err := Apply(&c.cfg, Buf{}, Buf{})
 			checkErr(t, "Apply", err, c.want)
 			assert.Zero(t, n, "Apply wrote bytes")
 			// Domain.Validate agrees for single-domain errors.
 			for _, d := range []Domain{c.cfg.In, c.cfg.Out} {
-				if err := d.Validate(); err != nil && c.want == nil {
-					t.Errorf("Domain.Validate: %v", err)
+				if c.want == nil {
+					assert.NoError(t, d.Validate(), "Domain.Validate")
 				}
 			}
 		})
@@ -1496,9 +1478,9 @@ func TestApplyLengthErrors(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			n, err := Apply(&tc.cfg, tc.dst, tc.src)
-			if !errors.Is(err, tc.want) || !errors.Is(err, ErrParam) || n != 0 {
-				t.Fatalf("Apply = %d, %v, want %v", n, err, tc.want)
-			}
+			require.ErrorIs(t, err, tc.want, "Apply")
+			require.ErrorIs(t, err, ErrParam, "Apply")
+			require.Zero(t, n, "Apply wrote bytes")
 		})
 	}
 	// Longer buffers are fine: only the needed bytes are written.
@@ -1506,13 +1488,13 @@ func TestApplyLengthErrors(t *testing.T) {
 	fillJunk(out)
 	junk := append([]byte{}, out...)
 	n, err := Generate(d, Buf{Data: out}, make([]byte, 1024))
-	if err != nil || n != 1040 || !bytes.Equal(out[1040:], junk[1040:]) {
-		t.Fatalf("Generate into a long buffer = %d, %v", n, err)
-	}
+	require.NoError(t, err, "Generate into a long buffer")
+	require.Equal(t, 1040, n, "Generate into a long buffer")
+	require.True(t, bytes.Equal(out[1040:], junk[1040:]), "Generate into a long buffer wrote past its output")
 	// Zero blocks is not an error.
-	if n, err := Generate(d, Buf{}, nil); n != 0 || err != nil {
-		t.Fatalf("Generate of nothing = %d, %v", n, err)
-	}
+	n, err = Generate(d, Buf{}, nil)
+	require.NoError(t, err, "Generate of nothing")
+	require.Zero(t, n, "Generate of nothing")
 	require.NoError(t, Verify(d, CheckAll, Buf{}), "Verify of nothing")
 }
 
@@ -1534,8 +1516,10 @@ func TestSPDKGuardSeed(t *testing.T) {
 		seeded := tc.d
 		seeded.Seed = 0xCD
 		sbuf := mustGenerate(t, seeded, zero)
-		if g := getBE(sbuf.Data[512 : 512+s.gl]); g == tc.zeroG || (s.guard == GuardCRC16 && g == 0) {
-			t.Errorf("%v seed 0xcd: guard %#x unchanged", tc.d.Guard, g)
+		g := getBE(sbuf.Data[512 : 512+s.gl])
+		assert.NotEqual(t, tc.zeroG, g, "%v seed 0xcd: guard unchanged", tc.d.Guard)
+		if s.guard == GuardCRC16 {
+			assert.NotZero(t, g, "%v seed 0xcd: guard", tc.d.Guard)
 		}
 		assert.NoError(t, Verify(seeded, CheckAll, sbuf), "%v seed 0xcd", tc.d.Guard)
 		e := wantErrType(t, Verify(tc.d, CheckAll, sbuf), ErrorGuard, 0)
@@ -1738,11 +1722,12 @@ func checkInjected(t *testing.T, name string, d Domain, b Buf, data []byte, want
 	// Strip: all the data is produced, intact except the injected byte.
 	out := make([]byte, len(data))
 	n, err := Strip(d, CheckAll, out, b)
-	if msg := sameErr(err, want); msg != "" || n != len(data) {
-		t.Fatalf("%s: strip: %d %s", name, n, msg)
-	}
-	if i := firstDiff(out, data); (i >= 0) != dataHit || (dataHit && i/d.Interval != blk) {
-		t.Fatalf("%s: strip data differs at %d", name, i)
+	require.Empty(t, sameErr(err, want), "%s: strip", name)
+	require.Equal(t, len(data), n, "%s: strip", name)
+	i := firstDiff(out, data)
+	require.Equal(t, dataHit, i >= 0, "%s: strip data differs at %d", name, i)
+	if dataHit {
+		require.Equal(t, blk, i/d.Interval, "%s: strip data differs at %d", name, i)
 	}
 	// Pass: the output is the input.
 	pout := Buf{Data: make([]byte, len(b.Data))}
@@ -1750,12 +1735,9 @@ func checkInjected(t *testing.T, name string, d Domain, b Buf, data []byte, want
 		pout.Meta = make([]byte, len(b.Meta))
 	}
 	n, err = Pass(d, CheckAll, pout, b)
-	if msg := sameErr(err, want); msg != "" || n != len(b.Data) {
-		t.Fatalf("%s: pass: %d %s", name, n, msg)
-	}
-	if !bytes.Equal(pout.Data, b.Data) || !bytes.Equal(pout.Meta, b.Meta) {
-		t.Fatalf("%s: pass output differs from its input", name)
-	}
+	require.Empty(t, sameErr(err, want), "%s: pass", name)
+	require.Equal(t, len(b.Data), n, "%s: pass", name)
+	require.True(t, bytes.Equal(pout.Data, b.Data) && bytes.Equal(pout.Meta, b.Meta), "%s: pass output differs from its input", name)
 	// Split into 1-byte and odd pieces through a Stream.
 	c := Config{In: d, Check: CheckAll, Discard: true}
 	for _, piece := range []int{1, 7, d.Interval + 3} {
@@ -1790,18 +1772,20 @@ func TestSPDKCopyInsertStrip(t *testing.T) {
 					require.True(t, bytes.Equal(rest, make([]byte, len(rest))), "%s: bounce metadata block %d not zero outside the tuple", g.name, i)
 				}
 				back := make([]byte, len(data))
-				if n, err := Strip(d, check, back, bounce); err != nil || n != len(data) || !bytes.Equal(back, data) {
-					t.Fatalf("%s check %#x: strip = %d, %v", g.name, uint8(check), n, err)
-				}
+				n, err := Strip(d, check, back, bounce)
+				require.NoError(t, err, "%s check %#x: strip", g.name, uint8(check))
+				require.Equal(t, len(data), n, "%s check %#x: strip", g.name, uint8(check))
+				require.True(t, bytes.Equal(back, data), "%s check %#x: strip data differs", g.name, uint8(check))
 			}
 		}
 	}
 	// DIF disabled: copy only.
 	data := spdkData(1000)
 	out := make([]byte, 1000)
-	if n, err := Apply(&Config{Check: CheckAll, Copy: CheckAll}, Buf{Data: out}, Buf{Data: data}); err != nil || n != 1000 || !bytes.Equal(out, data) {
-		t.Fatalf("plain copy = %d, %v", n, err)
-	}
+	n, err := Apply(&Config{Check: CheckAll, Copy: CheckAll}, Buf{Data: out}, Buf{Data: data})
+	require.NoError(t, err, "plain copy")
+	require.Equal(t, 1000, n, "plain copy")
+	require.True(t, bytes.Equal(out, data), "plain copy data differs")
 	require.NoError(t, Verify(Domain{}, CheckAll, Buf{Data: data}), "verify without PI")
 }
 
@@ -1823,9 +1807,7 @@ func TestSPDKPract(t *testing.T) {
 				})
 				// Pass: everything copied.
 				want := modelApply(&Config{In: d, Out: d, Check: CheckAll, Copy: CheckAll}, in)
-				if !bytes.Equal(want.data, in.Data) || (sep && !bytes.Equal(want.meta, in.Meta)) {
-					t.Fatalf("%s: model pass is not the identity", name)
-				}
+				require.True(t, bytes.Equal(want.data, in.Data) && (!sep || bytes.Equal(want.meta, in.Meta)), "%s: model pass is not the identity", name)
 				applyChecked(t, &Config{In: d, Out: d, Check: CheckAll, Copy: CheckAll}, in, name+" pass")
 				// PRACT: regenerate the PI with a new app tag; the other
 				// metadata bytes are copied and, PI last, covered.
@@ -1842,8 +1824,8 @@ func TestSPDKPract(t *testing.T) {
 						m = res.data[b*s.unit()+4096:][:128]
 					}
 					for i := range m {
-						if (i < s.piOff || i >= s.piOff+s.tuple) && m[i] != byte(0x30+b+i) {
-							t.Fatalf("%s: non-PI metadata byte %d of block %d not copied", name, i, b)
+						if i < s.piOff || i >= s.piOff+s.tuple {
+							require.Equal(t, byte(0x30+b+i), m[i], "%s: non-PI metadata byte %d of block %d not copied", name, i, b)
 						}
 					}
 				}
@@ -1856,8 +1838,8 @@ func TestSPDKPract(t *testing.T) {
 					m = ins.Data[4096 : 4096+128]
 				}
 				for i := range m {
-					if (i < s.piOff || i >= s.piOff+s.tuple) && m[i] != 0 {
-						t.Fatalf("%s: insert wrote %#x to non-PI metadata byte %d", name, m[i], i)
+					if i < s.piOff || i >= s.piOff+s.tuple {
+						require.Zero(t, m[i], "%s: insert wrote to non-PI metadata byte %d", name, i)
 					}
 				}
 				// In place: the tuples are filled, the rest kept.
@@ -1872,9 +1854,7 @@ func TestSPDKPract(t *testing.T) {
 					fillJunk(m[s.piOff : s.piOff+s.tuple])
 				}
 				require.NoError(t, GenerateInPlace(d, junkTuples))
-				if !bytes.Equal(junkTuples.Data, in.Data) || !bytes.Equal(junkTuples.Meta, in.Meta) {
-					t.Fatalf("%s: GenerateInPlace differs from the model", name)
-				}
+				require.True(t, bytes.Equal(junkTuples.Data, in.Data) && bytes.Equal(junkTuples.Meta, in.Meta), "%s: GenerateInPlace differs from the model", name)
 			}
 		}
 	}
@@ -1895,9 +1875,8 @@ func TestSPDKRemap(t *testing.T) {
 				nd.AppTag = 0 // not used: the app tag is copied
 				out := outBufs(modelApply(&Config{In: d, Out: nd}, buf))
 				n, err := Translate(d, nd, CheckAll, CheckGuard|CheckAppTag, out, buf)
-				if err != nil || n != len(buf.Data) {
-					t.Fatalf("%s: translate = %d, %v", name, n, err)
-				}
+				require.NoError(t, err, "%s: translate", name)
+				require.Equal(t, len(buf.Data), n, "%s: translate", name)
 				out.Data = out.Data[:n]
 				if out.Meta != nil {
 					out.Meta = out.Meta[:len(buf.Meta)]
@@ -1905,9 +1884,8 @@ func TestSPDKRemap(t *testing.T) {
 				nd.AppTag = 0x4242
 				require.NoError(t, Verify(nd, CheckAll, out), "%s: verify at the new ref", name)
 				e := wantErrType(t, Verify(d, CheckAll, out), ErrorRefTag, 0)
-				if e.Expected != refs[0] || e.Actual != refs[1] {
-					t.Errorf("%s: old ref check %+v", name, *e)
-				}
+				assert.Equal(t, refs[0], e.Expected, "%s: old ref check %+v", name, *e)
+				assert.Equal(t, refs[1], e.Actual, "%s: old ref check %+v", name, *e)
 				// Only the ref tags changed.
 				s := mkSide(d)
 				for b := range 4 {
@@ -1918,9 +1896,8 @@ func TestSPDKRemap(t *testing.T) {
 						off := b*s.unit() + g.interval + s.piOff
 						ti, to = buf.Data[off:][:s.tuple], out.Data[off:][:s.tuple]
 					}
-					if !bytes.Equal(ti[:s.gl+2], to[:s.gl+2]) || getBE(to[s.gl+2:]) != (refs[1]+uint64(b))&s.refMax {
-						t.Fatalf("%s: block %d tuple % x -> % x", name, b, ti, to)
-					}
+					require.Equal(t, ti[:s.gl+2], to[:s.gl+2], "%s: block %d tuple % x -> % x", name, b, ti, to)
+					require.Equal(t, (refs[1]+uint64(b))&s.refMax, getBE(to[s.gl+2:]), "%s: block %d tuple % x -> % x: ref", name, b, ti, to)
 				}
 				// A corrupted input keeps its (now wrong) guard through the
 				// remap: the error is reported and survives downstream.
@@ -1951,9 +1928,8 @@ func TestTranslateGuard(t *testing.T) {
 	host := mustGenerate(t, ip, data)
 	wire := make([]byte, 8*520)
 	n, err := Translate(ip, crc, CheckAll, CheckAppTag|CheckRefTag, Buf{Data: wire}, host)
-	if err != nil || n != len(wire) {
-		t.Fatalf("translate = %d, %v", n, err)
-	}
+	require.NoError(t, err, "translate")
+	require.Equal(t, len(wire), n, "translate")
 	crc.AppTag, crc.RefTag = 0x10, 3
 	require.NoError(t, Verify(crc, CheckAll, Buf{Data: wire}), "wire verify")
 	require.True(t, bytes.Equal(wire, mustGenerate(t, crc, data).Data), "translated wire differs from a direct generate")
@@ -1961,9 +1937,8 @@ func TestTranslateGuard(t *testing.T) {
 	back := append([]byte{}, wire...)
 	ipDIF := ip
 	ipDIF.Separate = false
-	if _, err := Translate(crc, ipDIF, CheckAll, CheckAppTag|CheckRefTag, Buf{Data: back}, Buf{Data: back}); err != nil {
-		t.Fatal(err)
-	}
+	_, err = Translate(crc, ipDIF, CheckAll, CheckAppTag|CheckRefTag, Buf{Data: back}, Buf{Data: back})
+	require.NoError(t, err, "in-place translate back")
 	require.True(t, bytes.Equal(back, mustGenerate(t, ipDIF, data).Data), "in-place translate back differs")
 }
 
@@ -1975,9 +1950,8 @@ func TestReblocking(t *testing.T) {
 	src := mustGenerate(t, in, data)
 	dst := make([]byte, 2*(4096+32))
 	n, err := Apply(&Config{In: in, Out: out, Check: CheckAll}, Buf{Data: dst}, src)
-	if err != nil || n != len(dst) {
-		t.Fatalf("re-block = %d, %v", n, err)
-	}
+	require.NoError(t, err, "re-block")
+	require.Equal(t, len(dst), n, "re-block")
 	require.True(t, bytes.Equal(dst, mustGenerate(t, out, data).Data), "re-blocked output differs from a direct generate")
 	// An input error is reported in input blocks; output still complete.
 	bad := cloneBuf(src)
@@ -1985,9 +1959,8 @@ func TestReblocking(t *testing.T) {
 	fillJunk(dst)
 	_, err = Apply(&Config{In: in, Out: out, Check: CheckAll}, Buf{Data: dst}, bad)
 	e := wantErrType(t, err, ErrorGuard, 5)
-	if e.Offset != 5*512 || e.ProtectedOffset != 5*520 {
-		t.Errorf("offsets %+v", *e)
-	}
+	assert.EqualValues(t, 5*512, e.Offset, "offsets %+v", *e)
+	assert.EqualValues(t, 5*520, e.ProtectedOffset, "offsets %+v", *e)
 	corrupted := append([]byte{}, data...)
 	corrupted[5*512+100] ^= 1
 	require.True(t, bytes.Equal(dst, mustGenerate(t, out, corrupted).Data), "re-blocked output of a bad input is not its data's generate")
@@ -1996,9 +1969,9 @@ func TestReblocking(t *testing.T) {
 	mid := mustGenerate(t, out, data)
 	back := make([]byte, len(src.Data))
 	n, err = Apply(&Config{In: out, Out: in, Check: CheckAll}, Buf{Data: back}, mid)
-	if err != nil || n != len(back) || !bytes.Equal(back, src.Data) {
-		t.Fatalf("re-block back = %d, %v", n, err)
-	}
+	require.NoError(t, err, "re-block back")
+	require.Equal(t, len(back), n, "re-block back")
+	require.True(t, bytes.Equal(back, src.Data), "re-block back differs from the original")
 }
 
 // In-place operations equal their out-of-place versions.
@@ -2031,9 +2004,7 @@ func TestInPlace(t *testing.T) {
 			_, err = Apply(&c, buf, buf)
 		}
 		require.Empty(t, sameErr(err, want.err), "case %d %s", i, describe(&c, n))
-		if !bytes.Equal(buf.Data, want.data) || !bytes.Equal(buf.Meta, want.meta) {
-			t.Fatalf("case %d %s: in-place output differs", i, describe(&c, n))
-		}
+		require.True(t, bytes.Equal(buf.Data, want.data) && bytes.Equal(buf.Meta, want.meta), "case %d %s: in-place output differs", i, describe(&c, n))
 	}
 }
 
@@ -2043,8 +2014,7 @@ func TestConfigNotModified(t *testing.T) {
 	orig := c
 	src := mustGenerate(t, c.In, spdkData(1024))
 	dst := make([]byte, 1040)
-	if _, err := Apply(&c, Buf{Data: dst}, src); err != nil {
-		t.Fatal(err)
-	}
+	_, err := Apply(&c, Buf{Data: dst}, src)
+	require.NoError(t, err, "Apply")
 	require.EqualValues(t, orig, c, "Apply modified its config: %+v", c)
 }

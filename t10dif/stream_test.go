@@ -2,12 +2,12 @@ package t10dif
 
 import (
 	"bytes"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -98,7 +98,7 @@ func streamPieces(t *testing.T, c *Config, dst, src Buf, in, out pieces) (int, e
 			d = dst.Data[op : op+b]
 		}
 		nd, ns, err := s.Process(d, src.Data[ip:ip+a])
-		if nd < 0 || nd > len(d) || ns < 0 || ns > a {
+		if nd < 0 || nd > len(d) || ns < 0 || ns > a { // not require: this runs per piece, often per byte
 			t.Fatalf("Process(%d, %d) = %d, %d", len(d), a, nd, ns)
 		}
 		ip, op = ip+ns, op+nd
@@ -109,10 +109,8 @@ func streamPieces(t *testing.T, c *Config, dst, src Buf, in, out pieces) (int, e
 			if ip == len(src.Data) {
 				break
 			}
-			if a > 0 && (b > 0 || c.Discard) {
-				t.Fatalf("%s: stream stuck at input %d/%d output %d/%d offered %d/%d",
-					describe(c, len(src.Data)), ip, len(src.Data), op, len(dst.Data), a, b)
-			}
+			require.False(t, a > 0 && (b > 0 || c.Discard), "%s: stream stuck at input %d/%d output %d/%d offered %d/%d",
+				describe(c, len(src.Data)), ip, len(src.Data), op, len(dst.Data), a, b)
 			if a > 0 && op == len(dst.Data) {
 				// The output is full and input is left: the caller stops.
 				break
@@ -134,14 +132,11 @@ func streamVsApply(t *testing.T, c *Config, src Buf, in, out pieces, what string
 	an, aerr := Apply(c, ad, src)
 	sd := outBufs(want)
 	sn, serr := streamPieces(t, c, sd, src, in, out)
-	if msg := sameErr(serr, want.err); msg != "" {
-		t.Fatalf("%s: %s: stream: %s (apply: %v)", what, describe(c, len(src.Data)), msg, aerr)
-	}
+	require.Empty(t, sameErr(serr, want.err), "%s: %s: stream (apply: %v)", what, describe(c, len(src.Data)), aerr)
 	require.Empty(t, compareOut(want, sd, sn), "%s: %s: stream", what, describe(c, len(src.Data)))
 	require.Empty(t, sameErr(aerr, want.err), "%s: %s: apply", what, describe(c, len(src.Data)))
-	if an != sn || !bytes.Equal(ad.Data, sd.Data) || !bytes.Equal(ad.Meta, sd.Meta) {
-		t.Fatalf("%s: %s: stream output differs from Apply", what, describe(c, len(src.Data)))
-	}
+	require.Equal(t, an, sn, "%s: %s: stream output length differs from Apply", what, describe(c, len(src.Data)))
+	require.True(t, bytes.Equal(ad.Data, sd.Data) && bytes.Equal(ad.Meta, sd.Meta), "%s: %s: stream output differs from Apply", what, describe(c, len(src.Data)))
 }
 
 func TestStreamSplitsMatchApply(t *testing.T) {
@@ -252,124 +247,117 @@ func TestStreamCloseErrors(t *testing.T) {
 	prot := mustGenerate(t, d, data)
 	isParam := func(t *testing.T, err, want error) {
 		t.Helper()
-		if !errors.Is(err, want) || !errors.Is(err, ErrParam) {
-			t.Fatalf("error %v, want %v", err, want)
-		}
+		require.ErrorIs(t, err, want)
+		require.ErrorIs(t, err, ErrParam)
 	}
-	newS := func(c Config) *Stream {
+	newS := func(t *testing.T, c Config) *Stream {
+		t.Helper()
 		s, err := NewStream(&c)
-		require.NoError(t, err)
+		require.NoError(t, err, "NewStream")
 		return s
 	}
 	t.Run("empty", func(t *testing.T) {
 		for _, c := range []Config{{Out: d}, {In: d, Check: CheckAll, Discard: true}, {}} {
-			if err := newS(c).Close(); err != nil {
-				t.Errorf("%s: Close of an empty stream: %v", describe(&c, 0), err)
-			}
+			assert.NoError(t, newS(t, c).Close(), "%s: Close of an empty stream", describe(&c, 0))
 		}
 	})
 	t.Run("verify mid data", func(t *testing.T) {
-		s := newS(Config{In: d, Check: CheckAll, Discard: true})
-		if _, n, err := s.Process(nil, prot.Data[:100]); err != nil || n != 100 {
-			t.Fatal(n, err)
-		}
+		s := newS(t, Config{In: d, Check: CheckAll, Discard: true})
+		_, n, err := s.Process(nil, prot.Data[:100])
+		require.NoError(t, err, "Process")
+		require.Equal(t, 100, n, "Process consumed")
 		isParam(t, s.Close(), ErrPartialBlock)
 	})
 	t.Run("verify mid tuple", func(t *testing.T) {
-		s := newS(Config{In: d, Check: CheckAll, Discard: true})
-		if _, n, err := s.Process(nil, prot.Data[:520+515]); err != nil || n != 1035 {
-			t.Fatal(n, err)
-		}
+		s := newS(t, Config{In: d, Check: CheckAll, Discard: true})
+		_, n, err := s.Process(nil, prot.Data[:520+515])
+		require.NoError(t, err, "Process")
+		require.Equal(t, 1035, n, "Process consumed")
 		isParam(t, s.Close(), ErrPartialBlock)
 	})
 	t.Run("verify whole blocks", func(t *testing.T) {
-		s := newS(Config{In: d, Check: CheckAll, Discard: true})
-		if _, n, err := s.Process(nil, prot.Data[:520]); err != nil || n != 520 {
-			t.Fatal(n, err)
-		}
+		s := newS(t, Config{In: d, Check: CheckAll, Discard: true})
+		_, n, err := s.Process(nil, prot.Data[:520])
+		require.NoError(t, err, "Process")
+		require.Equal(t, 520, n, "Process consumed")
 		require.NoError(t, s.Close())
 	})
 	t.Run("generate mid block", func(t *testing.T) {
-		s := newS(Config{Out: d})
+		s := newS(t, Config{Out: d})
 		out := make([]byte, 1040)
-		if nd, ns, err := s.Process(out, data[:600]); err != nil || ns != 600 || nd != 600+8 {
-			t.Fatal(nd, ns, err)
-		}
+		nd, ns, err := s.Process(out, data[:600])
+		require.NoError(t, err, "Process")
+		require.Equal(t, 600, ns, "Process consumed")
+		require.Equal(t, 600+8, nd, "Process wrote")
 		isParam(t, s.Close(), ErrPartialBlock)
 	})
 	t.Run("generate tuple pending", func(t *testing.T) {
-		s := newS(Config{Out: d})
+		s := newS(t, Config{Out: d})
 		out := make([]byte, 515)
-		if nd, ns, err := s.Process(out, data[:512]); err != nil || ns != 512 || nd != 515 {
-			t.Fatal(nd, ns, err)
-		}
+		nd, ns, err := s.Process(out, data[:512])
+		require.NoError(t, err, "Process")
+		require.Equal(t, 512, ns, "Process consumed")
+		require.Equal(t, 515, nd, "Process wrote")
 		isParam(t, s.Close(), ErrShortBuffer)
 		// Giving the rest of the output space finishes it.
 		rest := make([]byte, 5)
-		if nd, ns, err := s.Process(rest, nil); err != nil || nd != 5 || ns != 0 {
-			t.Fatal(nd, ns, err)
-		}
+		nd, ns, err = s.Process(rest, nil)
+		require.NoError(t, err, "Process of the rest")
+		require.Equal(t, 5, nd, "Process of the rest wrote")
+		require.Zero(t, ns, "Process of the rest consumed")
 		require.NoError(t, s.Close())
 		want := mustGenerate(t, d, data[:512]).Data
-		if got := append(out, rest...); !bytes.Equal(got, want) {
-			t.Fatalf("resumed generate % x, want % x", got[512:], want[512:])
-		}
+		got := append(out, rest...)
+		require.Equal(t, want[512:], got[512:], "resumed generate tuple")
+		require.True(t, bytes.Equal(got, want), "resumed generate differs")
 	})
 	t.Run("strip output full", func(t *testing.T) {
-		s := newS(Config{In: d, Check: CheckAll})
+		s := newS(t, Config{In: d, Check: CheckAll})
 		out := make([]byte, 100)
-		if nd, ns, err := s.Process(out, prot.Data); err != nil || nd != 100 || ns != 100 {
-			t.Fatal(nd, ns, err)
-		}
+		nd, ns, err := s.Process(out, prot.Data)
+		require.NoError(t, err, "Process")
+		require.Equal(t, 100, nd, "Process wrote")
+		require.Equal(t, 100, ns, "Process consumed")
 		isParam(t, s.Close(), ErrPartialBlock)
 	})
 	t.Run("pi error", func(t *testing.T) {
 		bad := cloneBuf(prot)
 		bad.Data[520+512+3] ^= 1 // app tag of block 1
-		s := newS(Config{In: d, Check: CheckAll, Discard: true})
-		if _, n, err := s.Process(nil, bad.Data[:520]); err != nil || n != 520 {
-			t.Fatal(n, err)
-		}
-		if s.FirstError() != nil {
-			t.Fatal("error before the bad block")
-		}
-		if _, n, err := s.Process(nil, bad.Data[520:]); err != nil || n != 520 {
-			t.Fatal(n, err)
-		}
+		s := newS(t, Config{In: d, Check: CheckAll, Discard: true})
+		_, n, err := s.Process(nil, bad.Data[:520])
+		require.NoError(t, err, "Process block 0")
+		require.Equal(t, 520, n, "Process block 0 consumed")
+		require.Nil(t, s.FirstError(), "error before the bad block")
+		_, n, err = s.Process(nil, bad.Data[520:])
+		require.NoError(t, err, "Process block 1")
+		require.Equal(t, 520, n, "Process block 1 consumed")
 		want := &Error{Type: ErrorAppTag, Block: 1, Offset: 512, ProtectedOffset: 520, Expected: 0, Actual: 1}
-		if fe := s.FirstError(); fe == nil || *fe != *want {
-			t.Fatalf("FirstError = %+v", fe)
-		}
-		if msg := sameErr(s.Close(), want); msg != "" {
-			t.Fatal(msg)
-		}
+		fe := s.FirstError()
+		require.NotNil(t, fe, "FirstError")
+		require.Equal(t, *want, *fe, "FirstError")
+		require.Empty(t, sameErr(s.Close(), want), "Close")
 		// FirstError returns a copy.
 		s.FirstError().Block = 99
 		require.EqualValues(t, 1, s.FirstError().Block, "FirstError shares its record")
 		// Reset forgets it; the same input gives the same error again.
 		s.Reset()
-		if s.FirstError() != nil || s.Close() != nil {
-			t.Fatal("Reset kept the error")
-		}
-		if _, _, err := s.Process(nil, bad.Data); err != nil {
-			t.Fatal(err)
-		}
-		if msg := sameErr(s.Close(), want); msg != "" {
-			t.Fatal(msg)
-		}
+		require.Nil(t, s.FirstError(), "Reset kept the error")
+		require.NoError(t, s.Close(), "Reset kept the error")
+		_, _, err = s.Process(nil, bad.Data)
+		require.NoError(t, err, "Process after Reset")
+		require.Empty(t, sameErr(s.Close(), want), "Close after Reset")
 	})
 	t.Run("dix meta short", func(t *testing.T) {
 		dix := d
 		dix.Separate = true
 		buf := mustGenerate(t, dix, data)
-		s := newS(Config{In: dix, Check: CheckAll, Discard: true})
+		s := newS(t, Config{In: dix, Check: CheckAll, Discard: true})
 		s.SetMeta(buf.Meta[:12], nil) // one block and a half
 		_, n, err := s.Process(nil, buf.Data)
 		isParam(t, err, ErrShortBuffer)
-		if n < 512 || n > 1024 {
-			t.Fatalf("consumed %d", n)
-		}
-		s2 := newS(Config{Out: dix})
+		require.GreaterOrEqual(t, n, 512, "consumed")
+		require.LessOrEqual(t, n, 1024, "consumed")
+		s2 := newS(t, Config{Out: dix})
 		s2.SetMeta(nil, make([]byte, 7))
 		_, _, err = s2.Process(make([]byte, 1024), data)
 		isParam(t, err, ErrShortBuffer)
@@ -378,23 +366,23 @@ func TestStreamCloseErrors(t *testing.T) {
 		dix := d
 		dix.Separate = true
 		buf := mustGenerate(t, dix, data)
-		s := newS(Config{In: dix, Check: CheckAll, Discard: true})
+		s := newS(t, Config{In: dix, Check: CheckAll, Discard: true})
 		s.SetMeta(buf.Meta, nil)
 		for range 2 {
-			if _, n, err := s.Process(nil, buf.Data); err != nil || n != 1024 {
-				t.Fatal(n, err)
-			}
+			_, n, err := s.Process(nil, buf.Data)
+			require.NoError(t, err, "Process")
+			require.Equal(t, 1024, n, "Process consumed")
 			require.NoError(t, s.Close())
 			s.Reset()
 		}
 	})
 	t.Run("reblock input ends inside an output block", func(t *testing.T) {
 		big := Domain{Format: FormatPI16, Type: Type1, Interval: 4096}
-		s := newS(Config{In: d, Out: big, Check: CheckAll})
+		s := newS(t, Config{In: d, Out: big, Check: CheckAll})
 		out := make([]byte, 4096+16)
-		if _, ns, err := s.Process(out, prot.Data); err != nil || ns != len(prot.Data) {
-			t.Fatal(ns, err)
-		}
+		_, ns, err := s.Process(out, prot.Data)
+		require.NoError(t, err, "Process")
+		require.Equal(t, len(prot.Data), ns, "Process consumed")
 		isParam(t, s.Close(), ErrPartialBlock)
 	})
 }
@@ -405,13 +393,15 @@ func TestStreamNoProgress(t *testing.T) {
 	for _, c := range []Config{{Out: d}, {In: d, Check: CheckAll}, {}, {In: d, Discard: true}} {
 		s, err := NewStream(&c)
 		require.NoError(t, err)
-		if nd, ns, err := s.Process(nil, nil); nd != 0 || ns != 0 || err != nil {
-			t.Errorf("%s: Process(nil, nil) = %d, %d, %v", describe(&c, 0), nd, ns, err)
-		}
+		nd, ns, err := s.Process(nil, nil)
+		assert.NoError(t, err, "%s: Process(nil, nil)", describe(&c, 0))
+		assert.Zero(t, nd, "%s: Process(nil, nil) wrote", describe(&c, 0))
+		assert.Zero(t, ns, "%s: Process(nil, nil) consumed", describe(&c, 0))
 		if !c.Discard {
-			if nd, ns, err := s.Process(nil, make([]byte, 10)); nd != 0 || ns != 0 || err != nil {
-				t.Errorf("%s: Process(nil, 10) = %d, %d, %v", describe(&c, 0), nd, ns, err)
-			}
+			nd, ns, err = s.Process(nil, make([]byte, 10))
+			assert.NoError(t, err, "%s: Process(nil, 10)", describe(&c, 0))
+			assert.Zero(t, nd, "%s: Process(nil, 10) wrote", describe(&c, 0))
+			assert.Zero(t, ns, "%s: Process(nil, 10) consumed", describe(&c, 0))
 		}
 	}
 }
