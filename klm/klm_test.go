@@ -108,8 +108,14 @@ func TestRepeatLayout(t *testing.T) {
 }
 
 func TestEntrySizes(t *testing.T) {
-	if klm.KLMSize != 16 || klm.KSMSize != 16 || klm.MTTSize != 8 || klm.RepeatCtrlSize != 16 || klm.RepeatEntrySize != 16 || klm.OctowordSize != 16 {
-		t.Fatal("entry sizes differ from mlx5's")
+	for _, c := range []struct {
+		name      string
+		got, want int
+	}{
+		{"KLMSize", klm.KLMSize, 16}, {"KSMSize", klm.KSMSize, 16}, {"MTTSize", klm.MTTSize, 8},
+		{"RepeatCtrlSize", klm.RepeatCtrlSize, 16}, {"RepeatEntrySize", klm.RepeatEntrySize, 16}, {"OctowordSize", klm.OctowordSize, 16},
+	} {
+		require.Equal(t, c.want, c.got, "%s differs from mlx5's", c.name)
 	}
 	require.EqualValues(t, 0x400, klm.RepeatBlockOp, "RepeatBlockOp")
 }
@@ -119,18 +125,19 @@ func TestEntrySizes(t *testing.T) {
 
 func TestKey(t *testing.T) {
 	k := klm.MakeKey(0x12, 0x34)
-	if k != 0x1234 || k.Index() != 0x12 || k.Variant() != 0x34 || !k.IsValid() {
-		t.Fatalf("MakeKey(0x12, 0x34) = %#x index %#x variant %#x", uint32(k), k.Index(), k.Variant())
-	}
-	if k := klm.MakeKey(0xFFFFFF, 0xFF); k != 0xFFFFFFFF || k.Index() != 0xFFFFFF {
-		t.Fatalf("MakeKey(max) = %#x", uint32(k))
-	}
+	require.Equal(t, klm.Key(0x1234), k, "MakeKey(0x12, 0x34)")
+	require.EqualValues(t, 0x12, k.Index(), "MakeKey(0x12, 0x34) index")
+	require.EqualValues(t, 0x34, k.Variant(), "MakeKey(0x12, 0x34) variant")
+	require.True(t, k.IsValid(), "MakeKey(0x12, 0x34) is not valid")
+	kmax := klm.MakeKey(0xFFFFFF, 0xFF)
+	require.Equal(t, klm.Key(0xFFFFFFFF), kmax, "MakeKey(max)")
+	require.EqualValues(t, 0xFFFFFF, kmax.Index(), "MakeKey(max) index")
 	require.False(t, klm.Key(0xFF).IsValid(), "index 0 is valid")
 	require.False(t, klm.Key(0).IsValid(), "index 0 is valid")
 	require.Equal(t, "0x00001234", k.String(), "String")
-	if klm.ReservedLKey != 0x200 || klm.ReservedLKey.Index() != 2 || klm.ReservedLKey.Variant() != 0 {
-		t.Fatalf("ReservedLKey = %v", klm.ReservedLKey)
-	}
+	require.Equal(t, klm.Key(0x200), klm.ReservedLKey, "ReservedLKey")
+	require.EqualValues(t, 2, klm.ReservedLKey.Index(), "ReservedLKey index")
+	require.Zero(t, klm.ReservedLKey.Variant(), "ReservedLKey variant")
 	require.EqualValues(t, 8, klm.FirstIndex, "FirstIndex")
 	for s, want := range map[string]klm.Key{"0x1203": 0x1203, " 4660 ": 4660, "0X00001234": 0x1234, "0xffffffff": 0xFFFFFFFF} {
 		k, err := klm.ParseKey(s)
@@ -143,14 +150,7 @@ func TestKey(t *testing.T) {
 		assert.Error(t, err, "ParseKey(%q) succeeded", s)
 	}
 	require.Equal(t, klm.ReservedLKey, klm.MustParseKey("0x200"), "MustParseKey")
-	func() {
-		defer func() {
-			if recover() == nil {
-				t.Error("MustParseKey(\"x\") did not panic")
-			}
-		}()
-		klm.MustParseKey("x")
-	}()
+	assert.Panics(t, func() { klm.MustParseKey("x") }, "MustParseKey(\"x\") did not panic")
 }
 
 func TestAccess(t *testing.T) {
@@ -173,8 +173,10 @@ func TestAccess(t *testing.T) {
 	} {
 		assert.Equal(t, want, a.String(), "Access(%#x).String()", uint8(a))
 	}
-	if klm.LocalRead != 0x04 || klm.LocalWrite != 0x08 || klm.RemoteRead != 0x10 || klm.RemoteWrite != 0x20 || klm.Atomic != 0x40 {
-		t.Fatal("permission bits differ from MLX5_PERM_*")
+	for _, c := range []struct{ got, want klm.Access }{
+		{klm.LocalRead, 0x04}, {klm.LocalWrite, 0x08}, {klm.RemoteRead, 0x10}, {klm.RemoteWrite, 0x20}, {klm.Atomic, 0x40},
+	} {
+		require.Equal(t, c.want, c.got, "permission bit %v differs from MLX5_PERM_*", c.got)
 	}
 	for m, want := range map[klm.AccessMode]string{klm.ModePA: "PA", klm.ModeMTT: "MTT", klm.ModeKLM: "KLM", klm.ModeKSM: "KSM", 6: "AccessMode(6)"} {
 		assert.Equal(t, want, m.String(), "mode %d String", m)
@@ -183,12 +185,13 @@ func TestAccess(t *testing.T) {
 
 func TestCaps(t *testing.T) {
 	c := klm.ConnectX5
-	if c.MaxListEntries() != 1<<16 || c.MaxFastRegPageListLen() != 1<<16 {
-		t.Fatalf("ConnectX5 list entries %d / %d", c.MaxListEntries(), c.MaxFastRegPageListLen())
-	}
-	if c.MaxIndirection != 4 || c.MaxRepeatEntries != 16 || c.MinLogPageSize != 12 || c.MaxLogPageSize != 30 || c.MaxMkeys != 1<<20 {
-		t.Fatalf("ConnectX5 = %+v", c)
-	}
+	require.EqualValues(t, 1<<16, c.MaxListEntries(), "ConnectX5 list entries")
+	require.EqualValues(t, 1<<16, c.MaxFastRegPageListLen(), "ConnectX5 fast-reg page list entries")
+	require.EqualValues(t, 4, c.MaxIndirection, "ConnectX5 = %+v", c)
+	require.EqualValues(t, 16, c.MaxRepeatEntries, "ConnectX5 = %+v", c)
+	require.EqualValues(t, 12, c.MinLogPageSize, "ConnectX5 = %+v", c)
+	require.EqualValues(t, 30, c.MaxLogPageSize, "ConnectX5 = %+v", c)
+	require.EqualValues(t, 1<<20, c.MaxMkeys, "ConnectX5 = %+v", c)
 	c.LogMaxKLMListSize = 3
 	require.EqualValues(t, 8, c.MaxListEntries(), "MaxListEntries with log 3")
 }
@@ -209,12 +212,9 @@ func TestFaultError(t *testing.T) {
 	names := map[klm.FaultKind]string{}
 	for k := klm.FaultInvalid; k <= klm.FaultTranslation; k++ {
 		s := k.String()
-		if s == "" || strings.HasPrefix(s, "FaultKind(") {
-			t.Errorf("kind %d has no name", k)
-		}
-		if o, dup := names[k]; dup {
-			t.Errorf("kinds share the name %q (%s)", s, o)
-		}
+		assert.NotEmpty(t, s, "kind %d has no name", k)
+		assert.False(t, strings.HasPrefix(s, "FaultKind("), "kind %d has no name", k)
+		assert.NotContains(t, names, k, "kinds share the name %q", s)
 		names[k] = s
 	}
 	assert.Equal(t, "FaultKind(200)", klm.FaultKind(200).String())
@@ -249,8 +249,10 @@ func TestMemoryMap(t *testing.T) {
 		{^uint64(0) - 15, 16, klm.ErrEmptyMap},
 	} {
 		err := m.Map(c.iova, make([]byte, c.n))
-		if !errors.Is(err, c.want) || (c.want == nil) != (err == nil) {
-			t.Errorf("Map(%#x, %#x) = %v, want %v", c.iova, c.n, err, c.want)
+		if c.want == nil {
+			assert.NoError(t, err, "Map(%#x, %#x)", c.iova, c.n)
+		} else {
+			assert.ErrorIs(t, err, c.want, "Map(%#x, %#x)", c.iova, c.n)
 		}
 	}
 	assert.ErrorIs(t, m.Map(0x2000, nil), klm.ErrEmptyMap, "Map(nil)")
@@ -286,27 +288,27 @@ func TestMemorySegments(t *testing.T) {
 		return len(seg) == len(want) && unsafe.SliceData(seg) == unsafe.SliceData(want)
 	}
 	segs, err := s.mem.Segments(nil, 0x1010, 0x10)
-	if err != nil || len(segs) != 1 || !same(segs[0], a[0x10:0x20]) {
-		t.Fatalf("one region: %d segments, %v", len(segs), err)
-	}
+	require.NoError(t, err, "one region")
+	require.Len(t, segs, 1, "one region: segments")
+	require.True(t, same(segs[0], a[0x10:0x20]), "one region: the segment is not the mapped buffer")
 	// Writes through a segment reach the caller's buffer: no copies.
 	segs[0][0] = 0x5A
 	require.Equal(t, byte(0x5A), a[0x10], "a write through the segment is not in the mapped buffer")
 	segs, err = s.mem.Segments(newSegs(), 0x10F0, 0x20)
-	if err != nil || len(segs) != 4 || !same(segs[2], a[0xF0:]) || !same(segs[3], b[:0x10]) {
-		t.Fatalf("adjacent regions: %d segments, %v", len(segs), err)
-	}
+	require.NoError(t, err, "adjacent regions")
+	require.Len(t, segs, 4, "adjacent regions: segments")
+	require.True(t, same(segs[2], a[0xF0:]) && same(segs[3], b[:0x10]), "adjacent regions: the segments are not the mapped buffers")
 	checkSentinel(t, segs)
 	segs, err = s.mem.Segments(nil, 0x1000, 0x180)
-	if err != nil || len(segs) != 2 || !same(segs[0], a) || !same(segs[1], b) {
-		t.Fatalf("two whole regions: %d segments, %v", len(segs), err)
-	}
-	if segs, err = s.mem.Segments(nil, 0x2000, 0x10); err != nil || !same(segs[0], c) {
-		t.Fatal("whole region c")
-	}
-	if segs, err = s.mem.Segments(nil, ^uint64(0)-0x20, 0x10); err != nil || !same(segs[0], top) {
-		t.Fatal("region at the top")
-	}
+	require.NoError(t, err, "two whole regions")
+	require.Len(t, segs, 2, "two whole regions: segments")
+	require.True(t, same(segs[0], a) && same(segs[1], b), "two whole regions: the segments are not the mapped buffers")
+	segs, err = s.mem.Segments(nil, 0x2000, 0x10)
+	require.NoError(t, err, "whole region c")
+	require.True(t, same(segs[0], c), "whole region c")
+	segs, err = s.mem.Segments(nil, ^uint64(0)-0x20, 0x10)
+	require.NoError(t, err, "region at the top")
+	require.True(t, same(segs[0], top), "region at the top")
 	for _, r := range []struct{ iova, n uint64 }{
 		{0x0FFF, 2},             // starts before a
 		{0x0F00, 1},             // entirely before
@@ -325,9 +327,9 @@ func TestMemorySegments(t *testing.T) {
 	}
 	// Zero bytes are always fine, mapped or not.
 	for _, iova := range []uint64{0, 0x1180, 0x1000, ^uint64(0)} {
-		if got, err := s.mem.Segments(newSegs(), iova, 0); err != nil || len(got) != len(sentinel) {
-			t.Errorf("Segments(%#x, 0) = %d, %v", iova, len(got), err)
-		}
+		got, err := s.mem.Segments(newSegs(), iova, 0)
+		assert.NoError(t, err, "Segments(%#x, 0)", iova)
+		assert.Len(t, got, len(sentinel), "Segments(%#x, 0)", iova)
 	}
 	// After Unmap the range faults; slices handed out stay usable.
 	old, _ := s.mem.Segments(nil, 0x1100, 0x80)
@@ -348,26 +350,31 @@ func TestTableCreateLookup(t *testing.T) {
 		m := paMkey(0x1000, 0x10)
 		m.Variant = uint8(i * 37)
 		k := e.create(m)
-		if k.Index() < klm.FirstIndex || seen[k.Index()] {
-			t.Fatalf("key %v: index below FirstIndex or reused", k)
-		}
+		require.GreaterOrEqual(t, k.Index(), uint32(klm.FirstIndex), "key %v: index below FirstIndex", k)
+		require.False(t, seen[k.Index()], "key %v: index reused", k)
 		seen[k.Index()] = true
 		require.Equal(t, m.Variant, k.Variant(), "key %v: variant", k)
 		got := e.tbl.Lookup(k.Index())
-		if got == nil || got.Variant != m.Variant || got.StartAddr != 0x1000 || got.Mode != klm.ModePA || got.PD != testPD {
-			t.Fatalf("Lookup(%#x) = %+v", k.Index(), got)
-		}
+		require.NotNil(t, got, "Lookup(%#x)", k.Index())
+		require.Equal(t, m.Variant, got.Variant, "Lookup(%#x) = %+v: variant", k.Index(), got)
+		require.EqualValues(t, 0x1000, got.StartAddr, "Lookup(%#x) = %+v: start", k.Index(), got)
+		require.Equal(t, klm.ModePA, got.Mode, "Lookup(%#x) = %+v: mode", k.Index(), got)
+		require.EqualValues(t, testPD, got.PD, "Lookup(%#x) = %+v: PD", k.Index(), got)
 	}
 	r := e.tbl.Lookup(klm.ReservedLKey.Index())
-	if r == nil || r.Mode != klm.ModePA || !r.AnyPD || !r.Length64 || r.Access != klm.LocalRead|klm.LocalWrite || r.Free || r.Variant != 0 || r.StartAddr != 0 {
-		t.Fatalf("Lookup(2) = %+v, want the reserved lkey", r)
-	}
+	require.NotNil(t, r, "Lookup(2): want the reserved lkey")
+	require.Equal(t, klm.ModePA, r.Mode, "Lookup(2) = %+v, want the reserved lkey: mode", r)
+	require.True(t, r.AnyPD, "Lookup(2) = %+v, want the reserved lkey: AnyPD", r)
+	require.True(t, r.Length64, "Lookup(2) = %+v, want the reserved lkey: Length64", r)
+	require.Equal(t, klm.LocalRead|klm.LocalWrite, r.Access, "Lookup(2) = %+v, want the reserved lkey: access", r)
+	require.False(t, r.Free, "Lookup(2) = %+v, want the reserved lkey: free", r)
+	require.Zero(t, r.Variant, "Lookup(2) = %+v, want the reserved lkey: variant", r)
+	require.Zero(t, r.StartAddr, "Lookup(2) = %+v, want the reserved lkey: start", r)
 	for _, i := range []uint32{0, 1, 3, 4, 5, 6, 7, 1 << 20, 1<<24 - 1, ^uint32(0)} {
 		assert.Nil(t, e.tbl.Lookup(i), "Lookup(%#x)", i)
 	}
-	if e.tbl.Caps() != klm.ConnectX5 || e.tbl.Memory() != e.mem {
-		t.Fatal("Caps or Memory")
-	}
+	require.Equal(t, klm.ConnectX5, e.tbl.Caps(), "Caps")
+	require.Same(t, e.mem, e.tbl.Memory(), "Memory")
 }
 
 func TestTableCreateErrors(t *testing.T) {
@@ -433,8 +440,10 @@ func TestTableCreateErrors(t *testing.T) {
 		{"repeat zero count", repeatMkey(0, 1, 0, re(8)), nil},
 	} {
 		_, err := klm.NewTable(caps, klm.NewMemory()).Create(c.m)
-		if (err == nil) != (c.want == nil) || (c.want != nil && !errors.Is(err, c.want)) {
-			t.Errorf("%s: Create = %v, want %v", c.name, err, c.want)
+		if c.want == nil {
+			assert.NoError(t, err, "%s: Create", c.name)
+		} else {
+			assert.ErrorIs(t, err, c.want, "%s: Create", c.name)
 		}
 	}
 }
@@ -471,9 +480,8 @@ func TestTableFull(t *testing.T) {
 	require.EqualValues(t, 8, idx(), "index (searched past 10 and 11, wrapped)")
 	// A table smaller than the reserved indices still holds one key.
 	small := newTbench(t, klm.Caps{MaxMkeys: 1, MinLogPageSize: 12, MaxLogPageSize: 12, MaxIndirection: 1, LogMaxKLMListSize: 1})
-	if k := small.create(paMkey(0, 1)); k.Index() != klm.FirstIndex {
-		t.Fatalf("small table key %v", k)
-	}
+	k = small.create(paMkey(0, 1))
+	require.EqualValues(t, klm.FirstIndex, k.Index(), "small table key %v", k)
 	_, err = small.tbl.Create(paMkey(0, 1))
 	require.ErrorIs(t, err, klm.ErrTableFull, "second key in a small table")
 }
@@ -488,9 +496,7 @@ func TestTableDestroy(t *testing.T) {
 	assert.ErrorIs(t, e.tbl.Destroy(k.Index()+1), klm.ErrNoMkey, "Destroy(unused)")
 	e.resolve(klm.Request{Key: k, PD: testPD, Addr: 0x1000, Len: 0x10, Access: klm.LocalRead})
 	require.NoError(t, e.tbl.Destroy(k.Index()))
-	if e.tbl.Lookup(k.Index()) != nil {
-		t.Fatal("Lookup after Destroy")
-	}
+	require.Nil(t, e.tbl.Lookup(k.Index()), "Lookup after Destroy")
 	e.wantFault(klm.Request{Key: k, PD: testPD, Addr: 0x1000, Len: 0x10, Access: klm.LocalRead}, klm.FaultBadIndex, k, 0)
 	assert.ErrorIs(t, e.tbl.Destroy(k.Index()), klm.ErrNoMkey, "second Destroy")
 }
@@ -513,12 +519,11 @@ func TestTableUpdate(t *testing.T) {
 	})
 	require.NoError(t, err)
 	wantRuns(t, e.resolve(req), []run{{0x1800, 0x100}})
-	if cur := e.tbl.Lookup(k.Index()); cur == old {
-		t.Fatal("Update changed the context in place")
-	}
-	if old.StartAddr != oldCopy.StartAddr || old.Len != oldCopy.Len || old.Variant != oldCopy.Variant || !bytes.Equal(old.XLT, oldCopy.XLT) {
-		t.Fatal("Update changed the old context")
-	}
+	require.NotSame(t, old, e.tbl.Lookup(k.Index()), "Update changed the context in place")
+	require.Equal(t, oldCopy.StartAddr, old.StartAddr, "Update changed the old context: start")
+	require.Equal(t, oldCopy.Len, old.Len, "Update changed the old context: length")
+	require.Equal(t, oldCopy.Variant, old.Variant, "Update changed the old context: variant")
+	require.Equal(t, oldCopy.XLT, old.XLT, "Update changed the old context: translation")
 
 	// A build error is returned as is; the table is unchanged.
 	published := e.tbl.Lookup(k.Index())
@@ -548,18 +553,17 @@ func TestTableUpdate(t *testing.T) {
 		assert.ErrorIs(t, e.tbl.Update(i, func(cur *klm.Mkey) (*klm.Mkey, error) { return cur.Clone(), nil }), klm.ErrIndex, "Update(%#x)", i)
 	}
 	called := false
-	if err := e.tbl.Update(k.Index()+1, func(cur *klm.Mkey) (*klm.Mkey, error) { called = true; return cur, nil }); !errors.Is(err, klm.ErrNoMkey) || called {
-		t.Errorf("Update(unused) = %v (build called: %v)", err, called)
-	}
+	err = e.tbl.Update(k.Index()+1, func(cur *klm.Mkey) (*klm.Mkey, error) { called = true; return cur, nil })
+	assert.ErrorIs(t, err, klm.ErrNoMkey, "Update(unused)")
+	assert.False(t, called, "Update(unused) called build")
 
 	// Bump the variant: the old key stops working, the new one works.
-	if err := e.tbl.Update(k.Index(), func(cur *klm.Mkey) (*klm.Mkey, error) {
+	err = e.tbl.Update(k.Index(), func(cur *klm.Mkey) (*klm.Mkey, error) {
 		n := cur.Clone()
 		n.Variant++
 		return n, nil
-	}); err != nil {
-		t.Fatal(err)
-	}
+	})
+	require.NoError(t, err, "Update bumping the variant")
 	e.wantFault(req, klm.FaultVariant, k, 0)
 	req2 := req
 	req2.Key = klm.MakeKey(k.Index(), k.Variant()+1)
@@ -568,13 +572,12 @@ func TestTableUpdate(t *testing.T) {
 	// Invalidate, then register again.
 	setFree := func(free bool) {
 		t.Helper()
-		if err := e.tbl.Update(k.Index(), func(cur *klm.Mkey) (*klm.Mkey, error) {
+		err := e.tbl.Update(k.Index(), func(cur *klm.Mkey) (*klm.Mkey, error) {
 			n := cur.Clone()
 			n.Free = free
 			return n, nil
-		}); err != nil {
-			t.Fatal(err)
-		}
+		})
+		require.NoError(t, err, "Update setting Free %v", free)
 	}
 	setFree(true)
 	e.wantFault(req2, klm.FaultFree, req2.Key, 0)
@@ -904,12 +907,10 @@ func TestWorkedExampleStrided(t *testing.T) {
 	require.Len(t, segs, 16, "segments (data block, PI, ...)")
 	for i := range 8 {
 		d, p := segs[2*i], segs[2*i+1]
-		if unsafe.SliceData(d) != &data[512*i] || len(d) != 512 {
-			t.Fatalf("segment %d is not data block %d", 2*i, i)
-		}
-		if unsafe.SliceData(p) != &meta[8*i] || len(p) != 8 {
-			t.Fatalf("segment %d is not PI %d", 2*i+1, i)
-		}
+		require.Same(t, &data[512*i], unsafe.SliceData(d), "segment %d is not data block %d", 2*i, i)
+		require.Equal(t, 512, len(d), "segment %d is not data block %d", 2*i, i)
+		require.Same(t, &meta[8*i], unsafe.SliceData(p), "segment %d is not PI %d", 2*i+1, i)
+		require.Equal(t, 8, len(p), "segment %d is not PI %d", 2*i+1, i)
 	}
 	// The stream, gathered, is the 520-byte interleaved format.
 	var stream []byte
@@ -917,9 +918,8 @@ func TestWorkedExampleStrided(t *testing.T) {
 		stream = append(stream, s...)
 	}
 	for i := range 8 {
-		if !bytes.Equal(stream[520*i:520*i+512], data[512*i:512*(i+1)]) || !bytes.Equal(stream[520*i+512:520*(i+1)], meta[8*i:8*(i+1)]) {
-			t.Fatalf("block %d of the gathered stream", i)
-		}
+		require.True(t, bytes.Equal(stream[520*i:520*i+512], data[512*i:512*(i+1)]), "block %d of the gathered stream: data", i)
+		require.Equal(t, meta[8*i:8*(i+1)], stream[520*i+512:520*(i+1)], "block %d of the gathered stream: PI", i)
 	}
 	// Scatter: writes through the segments land in the two buffers.
 	segs, err = e.tbl.Resolve(segs[:0], klm.Request{Key: sigKey, PD: testPD, Addr: 520 + 510, Len: 12, Access: klm.RemoteWrite})
@@ -932,9 +932,10 @@ func TestWorkedExampleStrided(t *testing.T) {
 			n++
 		}
 	}
-	if data[1022] != 0xC0 || data[1023] != 0xC1 || meta[8] != 0xC2 || meta[15] != 0xC9 || data[1024] != 0xCA || data[1025] != 0xCB {
-		t.Fatal("scattered bytes are not in the data and metadata buffers")
-	}
+	require.Equal(t, []byte{0xC0, 0xC1}, data[1022:1024], "scattered bytes are not in the data buffer (end of block 1)")
+	require.Equal(t, byte(0xC2), meta[8], "scattered bytes are not in the metadata buffer (first PI byte of block 1)")
+	require.Equal(t, byte(0xC9), meta[15], "scattered bytes are not in the metadata buffer (last PI byte of block 1)")
+	require.Equal(t, []byte{0xCA, 0xCB}, data[1024:1026], "scattered bytes are not in the data buffer (start of block 2)")
 	// The stream ends after 8 cycles (and the key's length).
 	e.wantFault(klm.Request{Key: sigKey, PD: testPD, Addr: 4159, Len: 2, Access: klm.LocalRead}, klm.FaultRange, sigKey, 0)
 }
@@ -1010,8 +1011,8 @@ func TestPIMRModes(t *testing.T) {
 			sig := e.create(sigMkey(dataLen+metaLen, sigXLT(blocks, dk, dva, pk, pva)))
 			for _, need := range []klm.Access{klm.LocalRead, klm.LocalWrite, klm.RemoteRead, klm.RemoteWrite} {
 				got := e.resolve(klm.Request{Key: sig, PD: testPD, Len: dataLen + metaLen, Access: need})
-				if c.segs != 0 && len(got) != c.segs {
-					t.Errorf("%v: %d segments, want %d: %v", need, len(got), c.segs, got)
+				if c.segs != 0 {
+					assert.Len(t, got, c.segs, "%v: segments", need)
 				}
 				wantRuns(t, coalesce(got), interleaved(blocks, data, pi))
 			}
@@ -1072,14 +1073,13 @@ func TestFaultKinds(t *testing.T) {
 	self := e.create(klm.Mkey{Free: true, PD: testPD, Access: klm.AccessMask, Mode: klm.ModeKLM, UMREnabled: true, XLTOctowords: 4})
 	point := func(k klm.Key, to klm.Key) {
 		t.Helper()
-		if err := e.tbl.Update(k.Index(), func(cur *klm.Mkey) (*klm.Mkey, error) {
+		err := e.tbl.Update(k.Index(), func(cur *klm.Mkey) (*klm.Mkey, error) {
 			n := cur.Clone()
 			n.Free, n.Len = false, 0x100
 			n.XLT = klmXLT(klm.KLMFields{ByteCount: 0x100, Key: to, VA: 0})
 			return n, nil
-		}); err != nil {
-			t.Fatal(err)
-		}
+		})
+		require.NoError(t, err, "Update pointing %v to %v", k, to)
 	}
 	point(self, self)
 	a := e.create(klm.Mkey{Free: true, PD: testPD, Access: klm.AccessMask, Mode: klm.ModeKLM, XLTOctowords: 4})
@@ -1089,13 +1089,12 @@ func TestFaultKinds(t *testing.T) {
 	// A KSM key whose entity is a cycle through a KLM key.
 	ksmCyc := e.create(klm.Mkey{Free: true, PD: testPD, Access: klm.AccessMask, Mode: klm.ModeKSM, LogPageSize: 12, XLTOctowords: 4})
 	klmToKsm := e.create(klmMkey(0, 0x100, klm.KLMFields{ByteCount: 0x100, Key: ksmCyc, VA: 0}))
-	if err := e.tbl.Update(ksmCyc.Index(), func(cur *klm.Mkey) (*klm.Mkey, error) {
+	err := e.tbl.Update(ksmCyc.Index(), func(cur *klm.Mkey) (*klm.Mkey, error) {
 		n := cur.Clone()
 		n.Free, n.Len, n.XLT = false, 0x1000, ksmXLT(klm.KSMFields{Key: klmToKsm, VA: 0})
 		return n, nil
-	}); err != nil {
-		t.Fatal(err)
-	}
+	})
+	require.NoError(t, err, "Update pointing the KSM key to the KLM key")
 
 	lr := klm.LocalRead
 	type req = klm.Request
@@ -1143,8 +1142,8 @@ func TestFaultKinds(t *testing.T) {
 	}
 	for _, c := range cases {
 		f := e.wantFault(c.r, c.kind, c.key, c.depth)
-		if f.Need != c.r.Access && c.depth == 0 {
-			t.Errorf("%s: fault need %v, want %v", c.name, f.Need, c.r.Access)
+		if c.depth == 0 {
+			assert.Equal(t, c.r.Access, f.Need, "%s: fault need", c.name)
 		}
 		assert.Contains(t, f.Error(), c.kind.String(), "%s: the error lacks the kind", c.name)
 	}
@@ -1232,11 +1231,13 @@ func TestSegsUnchangedOnFault(t *testing.T) {
 		copy(segs, sentinel)
 		out, err := e.tbl.Resolve(segs, klm.Request{Key: k, PD: testPD, Len: 0x400, Access: klm.LocalRead})
 		var f *klm.Fault
-		if !errors.As(err, &f) || f.Kind != klm.FaultUnmapped || f.Key != mtt || f.Depth != 1 {
-			t.Fatalf("cap %d: %v", capacity, err)
-		}
-		if len(out) != 2 || (capacity == 64 && unsafe.SliceData(out) != unsafe.SliceData(segs)) {
-			t.Fatalf("cap %d: %d segments back", capacity, len(out))
+		require.ErrorAs(t, err, &f, "cap %d", capacity)
+		require.Equal(t, klm.FaultUnmapped, f.Kind, "cap %d: %v", capacity, err)
+		require.Equal(t, mtt, f.Key, "cap %d: %v", capacity, err)
+		require.Equal(t, 1, f.Depth, "cap %d: %v", capacity, err)
+		require.Len(t, out, 2, "cap %d: segments back", capacity)
+		if capacity == 64 {
+			require.Same(t, unsafe.SliceData(segs), unsafe.SliceData(out), "cap %d: segments back not in the caller's array", capacity)
 		}
 		checkSentinel(t, out)
 	}
@@ -1312,8 +1313,7 @@ func TestConcurrentResolveUpdate(t *testing.T) {
 				n.Free = i%7 == 3
 				return n, nil
 			})
-			if err != nil {
-				t.Error(err)
+			if !assert.NoError(t, err, "Update") { // assert, not require: not the test's goroutine
 				return
 			}
 		}
@@ -1321,12 +1321,10 @@ func TestConcurrentResolveUpdate(t *testing.T) {
 	go func() { // Map and Unmap.
 		defer writers.Done()
 		for range iters {
-			if err := mem.Unmap(0x20000); err != nil {
-				t.Error(err)
+			if !assert.NoError(t, mem.Unmap(0x20000), "Unmap") {
 				return
 			}
-			if err := mem.Map(0x20000, toggled); err != nil {
-				t.Error(err)
+			if !assert.NoError(t, mem.Map(0x20000, toggled), "Map") {
 				return
 			}
 		}
@@ -1335,15 +1333,13 @@ func TestConcurrentResolveUpdate(t *testing.T) {
 		defer writers.Done()
 		for range iters {
 			k := klm.Key(churn.Load())
-			if err := tbl.Destroy(k.Index()); err != nil {
-				t.Error(err)
+			if !assert.NoError(t, tbl.Destroy(k.Index()), "Destroy") {
 				return
 			}
 			m := paMkey(0x10000, 0x1000)
 			m.Variant = uint8(k.Variant() + 1)
 			nk, err := tbl.Create(m)
-			if err != nil {
-				t.Error(err)
+			if !assert.NoError(t, err, "Create") {
 				return
 			}
 			churn.Store(uint32(nk))
@@ -1356,8 +1352,7 @@ func TestConcurrentResolveUpdate(t *testing.T) {
 			segs := make([][]byte, 0, 8)
 			kindOf := func(err error) klm.FaultKind {
 				var f *klm.Fault
-				if !errors.As(err, &f) {
-					t.Errorf("error %v is not a fault", err)
+				if !assert.ErrorAs(t, err, &f, "error %v is not a fault", err) {
 					return 0
 				}
 				return f.Kind
@@ -1368,44 +1363,36 @@ func TestConcurrentResolveUpdate(t *testing.T) {
 					// One translation or the other, never a mix.
 					ok := len(out) == 2 && len(out[0]) == 0x80 && len(out[1]) == 0x80 &&
 						((&out[0][0] == &a[0] && &out[1][0] == &a[0x400]) || (&out[0][0] == &a[0x800] && &out[1][0] == &a[0xC00]))
-					if !ok {
-						t.Errorf("update: torn or wrong translation (%d segments)", len(out))
+					if !assert.True(t, ok, "update: torn or wrong translation (%d segments)", len(out)) {
 						return
 					}
-				} else if k := kindOf(err); k != klm.FaultFree {
-					t.Errorf("update: fault %v", err)
+				} else if !assert.Equal(t, klm.FaultFree, kindOf(err), "update: fault %v", err) {
 					return
 				}
 				out, err = tbl.Resolve(segs[:0], klm.Request{Key: paB, PD: testPD, Addr: 0x20000, Len: 0x100, Access: klm.LocalWrite})
 				if err == nil {
-					if len(out) != 1 || &out[0][0] != &toggled[0] || len(out[0]) != 0x100 {
-						t.Error("paB: wrong segments")
+					if !assert.True(t, len(out) == 1 && &out[0][0] == &toggled[0] && len(out[0]) == 0x100, "paB: wrong segments") {
 						return
 					}
 					_ = out[0][0xFF]
-				} else if k := kindOf(err); k != klm.FaultUnmapped {
-					t.Errorf("paB: fault %v", err)
+				} else if !assert.Equal(t, klm.FaultUnmapped, kindOf(err), "paB: fault %v", err) {
 					return
 				}
 				out, err = tbl.Resolve(segs[:0], klm.Request{Key: mtt, PD: testPD, Addr: 0x100F80, Len: 0x100, Access: klm.LocalRead})
 				if err == nil {
-					if len(out) != 2 || &out[0][0] != &a[0xF80] || len(out[0]) != 0x80 || &out[1][0] != &toggled[0] || len(out[1]) != 0x80 {
-						t.Errorf("mtt: wrong segments")
+					if !assert.True(t, len(out) == 2 && &out[0][0] == &a[0xF80] && len(out[0]) == 0x80 && &out[1][0] == &toggled[0] && len(out[1]) == 0x80, "mtt: wrong segments") {
 						return
 					}
-				} else if k := kindOf(err); k != klm.FaultUnmapped {
-					t.Errorf("mtt: fault %v", err)
+				} else if !assert.Equal(t, klm.FaultUnmapped, kindOf(err), "mtt: fault %v", err) {
 					return
 				}
 				ck := klm.Key(churn.Load())
 				out, err = tbl.Resolve(segs[:0], klm.Request{Key: ck, PD: testPD, Addr: 0x10000, Len: 0x10, Access: klm.LocalRead})
 				if err == nil {
-					if len(out) != 1 || &out[0][0] != &a[0] {
-						t.Error("churn: wrong segments")
+					if !assert.True(t, len(out) == 1 && &out[0][0] == &a[0], "churn: wrong segments") {
 						return
 					}
-				} else if k := kindOf(err); k != klm.FaultBadIndex && k != klm.FaultVariant {
-					t.Errorf("churn: fault %v", err)
+				} else if !assert.Contains(t, []klm.FaultKind{klm.FaultBadIndex, klm.FaultVariant}, kindOf(err), "churn: fault %v", err) {
 					return
 				}
 			}

@@ -1,10 +1,12 @@
 package klm_test
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/hcasim/hcasim/klm"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -99,9 +101,12 @@ func TestMTTUnmappedFaultRange(t *testing.T) {
 		{"middle page unmapped", base + 0x800, 0x3000, base + 0x2000, 0x1000},
 	} {
 		f := e.wantFault(klm.Request{Key: k, PD: testPD, Addr: c.addr, Len: c.n, Access: klm.LocalRead}, klm.FaultUnmapped, k, 0)
-		if f.Len == 0 || f.Addr < c.addr || f.Addr+f.Len > c.addr+c.n || f.Addr > c.badByte || f.Addr+f.Len <= c.badByte {
-			t.Errorf("%s: fault range %#x+%#x, want a part of %#x+%#x that contains %#x", c.name, f.Addr, f.Len, c.addr, c.n, c.badByte)
-		}
+		what := fmt.Sprintf("%s: fault range %#x+%#x, want a part of %#x+%#x that contains %#x", c.name, f.Addr, f.Len, c.addr, c.n, c.badByte)
+		assert.NotZero(t, f.Len, "%s: empty", what)
+		assert.GreaterOrEqual(t, f.Addr, c.addr, "%s: starts before the request", what)
+		assert.LessOrEqual(t, f.Addr+f.Len, c.addr+c.n, "%s: ends after the request", what)
+		assert.LessOrEqual(t, f.Addr, c.badByte, "%s: starts after the unmapped byte", what)
+		assert.Greater(t, f.Addr+f.Len, c.badByte, "%s: ends before the unmapped byte", what)
 	}
 }
 
@@ -110,11 +115,7 @@ func TestMTTUnmappedFaultRange(t *testing.T) {
 // ((c.MaxMkeys+(1<<chunkBits)-1)>>chunkBits) and the first Create panicked
 // with an index out of range. MaxMkeys is now capped at MaxIndex+1.
 func TestNewTableLargeMaxMkeys(t *testing.T) {
-	defer func() {
-		if p := recover(); p != nil {
-			t.Fatalf("Create panicked: %v", p)
-		}
-	}()
+	defer func() { require.Nil(t, recover(), "Create panicked") }()
 	tbl := klm.NewTable(klm.Caps{MaxMkeys: ^uint32(0), LogMaxKLMListSize: 4, MaxIndirection: 1, MinLogPageSize: 12, MaxLogPageSize: 12}, klm.NewMemory())
 	k, err := tbl.Create(paMkey(0, 1))
 	require.NoError(t, err)
