@@ -209,13 +209,13 @@ func TestFaultError(t *testing.T) {
 		assert.Same(t, f, g, "errors.As lost the fault")
 	}
 	assert.NotErrorIs(t, klm.ErrUnmappedIO, klm.ErrFault, "ErrUnmappedIO matches ErrFault")
-	names := map[klm.FaultKind]string{}
+	names := map[string]klm.FaultKind{} // name → the kind that has it
 	for k := klm.FaultInvalid; k <= klm.FaultTranslation; k++ {
 		s := k.String()
 		assert.NotEmpty(t, s, "kind %d has no name", k)
 		assert.False(t, strings.HasPrefix(s, "FaultKind("), "kind %d has no name", k)
-		assert.NotContains(t, names, k, "kinds share the name %q", s)
-		names[k] = s
+		assert.NotContains(t, names, s, "kinds %d and %d share the name %q", names[s], k, s)
+		names[s] = k
 	}
 	assert.Equal(t, "FaultKind(200)", klm.FaultKind(200).String())
 }
