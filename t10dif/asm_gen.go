@@ -21,8 +21,14 @@ type gen struct {
 	b      bytes.Buffer
 	nr     bool // non-reflected: reverse the bytes of each 16-byte chunk
 	copy   bool // store every loaded chunk to DI as well
-	blocks bool // a run of blocks: one CRC-16 per block (avx512 only)
+	blocks bool // a run of blocks: one CRC-16 per block (avx512 only); the copy is its own aligned stream (copyStream)
+	head   bool // blocks: the next load512 is a block's first chunk, stored as it is loaded
 }
+
+// stores reports whether the fold's loads store what they load: the
+// one-block kernels copy that way; the blocks kernel copies in a stream of
+// its own with aligned stores, and stores only its first chunk.
+func (g *gen) stores() bool { return g.copy && !g.blocks }
 
 func (g *gen) p(format string, args ...any) {
 	fmt.Fprintf(&g.b, "\t"+format+"\n", args...)
@@ -53,8 +59,9 @@ const (
 // when copying, and reverses each chunk when non-reflected.
 func (g *gen) load512(off int, z string) {
 	g.p("VMOVDQU64 %d(SI), %s", off, z)
-	if g.copy {
+	if g.stores() || (g.blocks && g.head) {
 		g.p("VMOVDQU64 %s, %d(DI)", z, off)
+		g.head = false
 	}
 	if g.nr {
 		g.p("VPSHUFB Z31, %s, %s", z, z)
@@ -70,7 +77,7 @@ func (g *gen) fold512(acc, k, data, tmp string) {
 
 func (g *gen) advance(n int) {
 	g.p("ADDQ $%d, SI", n)
-	if g.copy {
+	if g.stores() {
 		g.p("ADDQ $%d, DI", n)
 	}
 	g.p("SUBQ $%d, CX", n)
@@ -124,6 +131,54 @@ func (g *gen) blocksHeader(name string) {
 	g.p("MOVQ R8, CX")
 	g.p("MOVQ R11, SI")
 	g.p("MOVQ R12, DI")
+	// R14: the copy stream's offset in the block, from the first
+	// 64-byte-aligned byte of the destination (copyStream).
+	g.p("MOVQ R12, R14")
+	g.p("NEGQ R14")
+	g.p("ANDQ $63, R14")
+}
+
+// copyStream is the blocks kernel's copy, apart from the fold so that its
+// stores are aligned: the destinations of PI blocks (4096 data bytes and 8
+// of PI) are 8-byte aligned only, and a 64-byte store that straddles two
+// cache lines costs as much as two. The block's first 64 bytes are stored
+// as they are loaded (the head, unaligned); from the first aligned byte of
+// the destination, at offset R14, each round of the 256-byte fold loop
+// copies the 256 bytes one round behind the fold (so never past the
+// block's end, and from lines the fold has just loaded); at the block's end
+// copyRest copies what is left in 64-byte chunks and stores its last 64
+// bytes (the tail, unaligned). Together: [0,64) ∪ [R14, n-64] ∪ [n-64, n),
+// all of the block as R14 < 64.
+func (g *gen) copyStream() {
+	for i := range 4 {
+		g.p("VMOVDQU64 %d(R11)(R14*1), Z%d", 64*i, 12+i)
+	}
+	for i := range 4 {
+		g.p("VMOVDQA64 Z%d, %d(R12)(R14*1)", 12+i, 64*i)
+	}
+	g.p("ADDQ $256, R14")
+}
+
+// copyRest ends a block's copy stream (copyStream); it may use SI, DI and
+// CX, the fold being done.
+func (g *gen) copyRest(name string) {
+	L := func(s string) string { return name + "_" + s }
+	g.p("LEAQ (R11)(R14*1), SI")
+	g.p("LEAQ (R12)(R14*1), DI")
+	g.p("MOVQ R8, CX")
+	g.p("SUBQ R14, CX")
+	g.label(L("copy64"))
+	g.p("CMPQ CX, $64")
+	g.p("JB %s", L("copytail"))
+	g.p("VMOVDQU64 (SI), Z16")
+	g.p("VMOVDQA64 Z16, (DI)")
+	g.p("ADDQ $64, SI")
+	g.p("ADDQ $64, DI")
+	g.p("SUBQ $64, CX")
+	g.p("JMP %s", L("copy64"))
+	g.label(L("copytail"))
+	g.p("VMOVDQU64 -64(R11)(R8*1), Z16")
+	g.p("VMOVDQU64 Z16, -64(R12)(R8*1)")
 }
 
 // avx512 emits a kernel for n >= 64, n a multiple of 16.
@@ -142,6 +197,7 @@ func (g *gen) avx512(name string) {
 	g.p("JB %s", L("small"))
 
 	// Four accumulators, 256 bytes per round.
+	g.head = g.blocks
 	for i := range 4 {
 		g.load512(64*i, fmt.Sprintf("Z%d", i))
 	}
@@ -156,6 +212,9 @@ func (g *gen) avx512(name string) {
 	}
 	for i := range 4 {
 		g.fold512(fmt.Sprintf("Z%d", i), "Z29", fmt.Sprintf("Z%d", 4+i), fmt.Sprintf("Z%d", 8+i))
+	}
+	if g.blocks {
+		g.copyStream()
 	}
 	g.advance(256)
 	g.p("JMP %s", L("loop256"))
@@ -195,6 +254,7 @@ func (g *gen) avx512(name string) {
 
 	// 64 <= n < 256: one accumulator from the start.
 	g.label(L("small"))
+	g.head = g.blocks
 	g.load512(0, "Z0")
 	g.p("VPXORQ Z30, Z0, Z0")
 	g.advance(64)
@@ -229,7 +289,7 @@ func (g *gen) avx512(name string) {
 	g.p("CMPQ CX, $16")
 	g.p("JB %s", L("done"))
 	g.p("VMOVDQU64 (SI), X4")
-	if g.copy {
+	if g.stores() {
 		g.p("VMOVDQU64 X4, (DI)")
 	}
 	if g.nr {
@@ -247,6 +307,7 @@ func (g *gen) avx512(name string) {
 		g.p("VMOVQ X0, CX")
 		g.p("MOVW CX, (R13)")
 		g.p("ADDQ $2, R13")
+		g.copyRest(name)
 		g.p("ADDQ DX, R11")
 		g.p("ADDQ R9, R12")
 		g.p("DECQ R10")
