@@ -472,3 +472,16 @@ func waitFor(t *testing.T, cond func() bool) {
 		require.False(t, time.Now().After(deadline), "condition not met in 10 s")
 	}
 }
+
+// TestPerfFill: perf's buffers hold data in every 4 KiB page (none left to
+// map the shared zero page) and in their last bytes, whatever the length.
+func TestPerfFill(t *testing.T) {
+	for _, n := range []int{1, 7, 64, 4096, 3*4096 + 5} {
+		buf := make([]byte, n)
+		perfFill(buf)
+		for p := 0; p < n; p += 4096 {
+			assert.NotEqual(t, make([]byte, min(4096, n-p)), buf[p:min(p+4096, n)], "length %d: page at %d", n, p)
+		}
+		assert.NotZero(t, buf[n-1]|buf[max(n-2, 0)], "length %d: the last bytes", n)
+	}
+}
