@@ -1,6 +1,7 @@
 package t10dif
 
 import (
+	"encoding/binary"
 	"fmt"
 	"hash/crc32"
 	"hash/crc64"
@@ -27,6 +28,7 @@ type plan struct {
 	outGuard   bool // the output guard is computed separately
 	shareGuard bool // the output guard is the input guard
 	passMeta   bool // the output metadata is the input's, byte for byte (a pass copying every field)
+	tuples8    bool // every side with PI has metadata of one pi8 tuple alone (crcBlocks' tuples8)
 	blocks     int  // interval of the block structure when both sides share it, else 0
 }
 
@@ -81,6 +83,10 @@ func (p *plan) init(c *Config) error {
 		g, a, r, _ := fieldMasks(in.format, CheckAll)
 		p.passMeta = p.cpyG == g && p.cpyA == a && p.cpyR == r
 	}
+	bare8 := func(d *side) bool {
+		return !d.pi || d.format == FormatPI8 && d.meta == d.tuple && d.prefix == 0 && d.piOff == 0
+	}
+	p.tuples8 = bare8(in) && bare8(out)
 	switch {
 	case in.pi && out.pi && in.interval == out.interval:
 		p.blocks = in.interval
@@ -616,6 +622,12 @@ func (s *Stream) crcBlocks(dst, src []byte, nb, inUnit, outUnit int) int {
 		if !copyCRC16Blocks(uint16(seed), dst, src, iv, outUnit, inUnit, guards[:k]) {
 			break
 		}
+		if p.tuples8 {
+			s.tuples8(guards[:k], dst, src, inUnit, outUnit)
+			src, dst = src[k*inUnit:], dst[k*outUnit:]
+			done += k
+			continue
+		}
 		for j, g := range guards[:k] {
 			var inMeta, outMeta []byte
 			if in.pi {
@@ -645,6 +657,75 @@ func (s *Stream) crcBlocks(dst, src []byte, nb, inUnit, outUnit int) int {
 		done += k
 	}
 	return done
+}
+
+// tuples8 is crcBlocks' tuple work when every side with PI has metadata
+// of one pi8 tuple alone: for each block of a run whose guards the kernel
+// gave, the input tuple is checked and the output tuple built, with the
+// result of finishIn, buildOut and nextOut block by block but without
+// their calls and accumulator resets (the stream is at a block boundary
+// before and after, so there is nothing to reset).
+func (s *Stream) tuples8(guards []uint16, dst, src []byte, inUnit, outUnit int) {
+	p := &s.p
+	in, out := &p.in, &p.out
+	iv := p.blocks
+	check := (p.chkG | uint64(p.chkA) | p.chkR) != 0
+	// The output guard is the block's computed guard (shared with the
+	// input or computed for the output) unless the copy mask takes all of
+	// it from the input tuple.
+	gMask := ^uint64(0)
+	if !p.shareGuard && !p.outGuard {
+		gMask = 0
+	}
+	cpy := p.outNeedsIn && (p.cpyG|uint64(p.cpyA)|p.cpyR) != 0
+	var inMeta []byte
+	for j, g := range guards {
+		if in.pi {
+			if in.separate {
+				inMeta = s.metaIn[s.inBlk*8:][:8]
+			} else {
+				inMeta = src[j*inUnit+iv:][:8]
+			}
+			if check && !s.hasErr {
+				tg := uint64(binary.BigEndian.Uint16(inMeta))
+				app := binary.BigEndian.Uint16(inMeta[2:])
+				ref := uint64(binary.BigEndian.Uint32(inMeta[4:]))
+				if (tg^uint64(g))&p.chkG != 0 || (ref^in.expectedRef(s.inBlk))&p.chkR != 0 || (app^in.appTag)&p.chkA != 0 {
+					s.checkTuple(s.inBlk, uint64(g), inMeta) // records it unless the tuple is escaped
+				}
+			}
+			s.lastInG = uint64(g)
+			s.inBlk++
+			s.inDone++
+		}
+		if !out.pi {
+			continue
+		}
+		var outMeta []byte
+		if out.separate {
+			outMeta = s.metaOut[s.outBlk*8:][:8]
+		} else {
+			outMeta = dst[j*outUnit+iv:][:8]
+		}
+		if p.passMeta {
+			copy(outMeta, inMeta)
+		} else {
+			f := tupleFields{guard: uint64(g) & gMask, app: out.appTag, ref: out.expectedRef(s.outBlk)}
+			if cpy {
+				t := in.getTuple(inMeta)
+				f.guard = f.guard&^p.cpyG | t.guard&p.cpyG
+				f.app = f.app&^p.cpyA | t.app&p.cpyA
+				f.ref = f.ref&^p.cpyR | t.ref&p.cpyR
+			}
+			binary.BigEndian.PutUint16(outMeta, uint16(f.guard))
+			binary.BigEndian.PutUint16(outMeta[2:], f.app)
+			binary.BigEndian.PutUint32(outMeta[4:], uint32(f.ref))
+		}
+		s.outBlk++
+	}
+	if in.pi && len(guards) > 0 {
+		s.lastIn, s.lastInSt = inMeta, false
+	}
 }
 
 // blocks processes whole blocks while both src and dst hold one, with every
