@@ -39,9 +39,24 @@ func (qp *QP) resolveKey(segs [][]byte, key klm.Key, addr, n uint64, need klm.Ac
 		// A strided memory domain comes back as two segments per block.
 		segs = make([][]byte, 0, 2*mlen/sig.MemBlock()+2)
 	}
-	segs, err = t.Resolve(segs, klm.Request{Key: key, PD: qp.pd, Addr: m.StartAddr + moff, Len: mlen, Access: need})
+	// A strided memory domain whose data and PI each lie in one piece
+	// (the kernel's DIX layout: a data buffer and a metadata buffer) comes
+	// back as those two pieces, which the transform takes as a separate
+	// domain: no segment per block to cut and join again.
+	req := klm.Request{Key: key, PD: qp.pd, Addr: m.StartAddr + moff, Len: mlen, Access: need}
+	mark := len(segs)
+	var ent klm.Entries
+	segs, err = t.ResolveEntries(segs, req, &ent)
 	if err != nil {
 		return segs, nil, err
+	}
+	dix := ent.N == 2 && sig.Mem.HasPI() && !sig.Mem.Separate &&
+		ent.Len[0] == uint64(sig.Mem.Interval) && ent.Len[1] == uint64(sig.Mem.Meta())
+	if ent.N != 0 && !dix {
+		// Pieces that are not (data, PI) per block: the stream, segment by segment.
+		if segs, err = t.Resolve(segs[:mark], req); err != nil {
+			return segs, nil, err
+		}
 	}
 	if into == nil {
 		into = new(sigAccess)
@@ -49,5 +64,6 @@ func (qp *QP) resolveKey(segs [][]byte, key klm.Key, addr, n uint64, need klm.Ac
 	// The stream's memory is kept: Init prepares it again.
 	into.sig, into.first, into.wlen, into.toWire = sig, woff/sig.WireBlock(), n, toWire
 	into.fn, into.key, into.expect, into.qp, into.own = qp.fn, key, m.ExpectedSigErr, qp, false
+	into.dix = dix
 	return segs, into, nil
 }

@@ -23,6 +23,7 @@ type sigAccess struct {
 	expect uint8         // the mkey's expected_sigerr_count bit when resolved
 	qp     *QP           // the QP whose send CQ gets the signature error CQE
 	own    bool          // the access is one of qp's own WQEs (a local key), not a peer's request
+	dix    bool          // the memory segments are the key's data and PI pieces (klm.ResolveEntries)
 	stream t10dif.Stream // the transform's state while it runs (reused)
 }
 
@@ -208,10 +209,10 @@ func (sa *sigAccess) run(dst, src [][]byte) (*sigErr, error) {
 	// block.
 	var metaIn, metaOut []byte
 	if sa.toWire {
-		if data, meta, ok := dixRuns(src, &cfg.In); ok {
+		if data, meta, ok := sa.dixRuns(src, &cfg.In); ok {
 			cfg.In.Separate, src, metaIn = true, [][]byte{data}, meta
 		}
-	} else if data, meta, ok := dixRuns(dst, &cfg.Out); ok {
+	} else if data, meta, ok := sa.dixRuns(dst, &cfg.Out); ok {
 		cfg.Out.Separate, dst, metaOut = true, [][]byte{data}, meta
 	}
 	st := &sa.stream
@@ -242,8 +243,17 @@ func (sa *sigAccess) run(dst, src [][]byte) (*sigErr, error) {
 // judged within a backing array (a segment's capacity reaching the next
 // one), so the runs are ordinary slices of the memory the segments came
 // from.
-func dixRuns(segs [][]byte, d *t10dif.Domain) (data, meta []byte, ok bool) {
-	if !d.HasPI() || d.Separate || len(segs) < 4 || len(segs)%2 != 0 {
+//
+// Segments that resolveKey already took as the key's two pieces (sa.dix)
+// are those runs as they are.
+func (sa *sigAccess) dixRuns(segs [][]byte, d *t10dif.Domain) (data, meta []byte, ok bool) {
+	if !d.HasPI() || d.Separate {
+		return nil, nil, false
+	}
+	if sa.dix {
+		return segs[0], segs[1], len(segs) == 2
+	}
+	if len(segs) < 4 || len(segs)%2 != 0 {
 		return nil, nil, false
 	}
 	iv, m := d.Interval, d.Meta()

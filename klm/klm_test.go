@@ -940,6 +940,66 @@ func TestWorkedExampleStrided(t *testing.T) {
 	e.wantFault(klm.Request{Key: sigKey, PD: testPD, Addr: 4159, Len: 2, Access: klm.LocalRead}, klm.FaultRange, sigKey, 0)
 }
 
+// TestResolveEntries: the worked example's signature key taken by entries
+// gives the data and PI buffers whole for an access of whole cycles, and
+// Resolve's segments for any other access; its faults are Resolve's.
+func TestResolveEntries(t *testing.T) {
+	e := newTbench(t, klm.ConnectX5)
+	data := e.mapNew(0x10000, 8*512)
+	meta := e.mapNew(0x20000, 64)
+	pimr := klm.Mkey{
+		Variant: 0x34, PD: testPD, Access: klm.LocalRead | klm.LocalWrite | klm.RemoteRead | klm.RemoteWrite,
+		UMREnabled: true, Mode: klm.ModeKLM, StartAddr: 0, Len: 4096 + 64, QPN: 0xFFFFFF,
+		XLTOctowords: 8,
+		XLT: klmXLT(
+			klm.KLMFields{ByteCount: 4096, Key: klm.ReservedLKey, VA: 0x10000},
+			klm.KLMFields{ByteCount: 64, Key: klm.ReservedLKey, VA: 0x20000}),
+	}
+	piKey := e.create(pimr)
+	sigKey := e.create(sigMkey(4096+64, sigXLT(8, piKey, 0, piKey, 4096)))
+	var ent klm.Entries
+
+	// Cycles 2..6 whole: the data of blocks 2..6, then their PI.
+	segs, err := e.tbl.ResolveEntries(nil, klm.Request{Key: sigKey, PD: testPD, Addr: 2 * 520, Len: 5 * 520, Access: klm.LocalRead}, &ent)
+	require.NoError(t, err)
+	require.Equal(t, klm.Entries{N: 2, Cycles: 5, Len: [4]uint64{512, 8}}, ent)
+	require.Len(t, segs, 2)
+	require.Same(t, &data[2*512], unsafe.SliceData(segs[0]), "the data piece")
+	require.Len(t, segs[0], 5*512)
+	require.Same(t, &meta[2*8], unsafe.SliceData(segs[1]), "the PI piece")
+	require.Len(t, segs[1], 5*8)
+
+	// Not whole cycles, or too few of them: Resolve's segments.
+	for _, r := range []klm.Request{
+		{Key: sigKey, PD: testPD, Addr: 2*520 + 1, Len: 5 * 520, Access: klm.LocalRead},
+		{Key: sigKey, PD: testPD, Addr: 0, Len: 5*520 - 8, Access: klm.LocalRead},
+		{Key: sigKey, PD: testPD, Addr: 520, Len: 2 * 520, Access: klm.LocalRead},
+		{Key: piKey, PD: testPD, Addr: 0, Len: 4096, Access: klm.LocalRead},
+		{Key: sigKey, PD: testPD, Addr: 0, Len: 0, Access: klm.LocalRead},
+	} {
+		want, err := e.tbl.Resolve(nil, r)
+		require.NoError(t, err, "%+v", r)
+		ent = klm.Entries{N: 9}
+		got, err := e.tbl.ResolveEntries(nil, r, &ent)
+		require.NoError(t, err, "%+v", r)
+		require.Zero(t, ent.N, "%+v", r)
+		require.Equal(t, e.runs(want), e.runs(got), "%+v", r)
+	}
+
+	// Faults: the same as Resolve's, with nothing appended.
+	for _, r := range []klm.Request{
+		{Key: sigKey, PD: testPD + 1, Addr: 0, Len: 3 * 520, Access: klm.LocalRead},
+		{Key: sigKey, PD: testPD, Addr: 4 * 520, Len: 5 * 520, Access: klm.LocalRead},
+		{Key: sigKey + 1, PD: testPD, Addr: 0, Len: 3 * 520, Access: klm.LocalRead},
+	} {
+		_, want := e.tbl.Resolve(nil, r)
+		require.Error(t, want, "%+v", r)
+		got, err := e.tbl.ResolveEntries(make([][]byte, 1, 4), r, &ent)
+		require.Equal(t, want, err, "%+v", r)
+		require.Len(t, got, 1, "%+v: segments appended on a fault", r)
+	}
+}
+
 func TestPIMRModes(t *testing.T) {
 	const blocks = 8
 	const dataLen, metaLen = blocks * 512, blocks * 8

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"unsafe"
 
 	"github.com/hcasim/hcasim/klm"
 
@@ -699,6 +700,7 @@ func (w *world) check(r klm.Request, st *stats) {
 	tb.Helper()
 	segs, err := w.tbl.Resolve(newSegs(), r)
 	checkSentinel(tb, segs)
+	w.checkEntries(r, segs, err)
 	var f *klm.Fault
 	if err != nil {
 		if !errors.As(err, &f) || !errors.Is(err, klm.ErrFault) {
@@ -867,4 +869,50 @@ func TestResolvePrefixes(t *testing.T) {
 			wantRuns(t, coalesce(w.sp.runs(parts)), coalesce(w.sp.runs(whole)))
 		}
 	}
+}
+
+// checkEntries: ResolveEntries gives Resolve's fault, or Resolve's
+// segments, or its entries' pieces, which cut per cycle and taken in entry
+// order are Resolve's memory, byte for byte.
+func (w *world) checkEntries(r klm.Request, want [][]byte, wantErr error) {
+	tb := w.tb
+	tb.Helper()
+	var e klm.Entries
+	got, err := w.tbl.ResolveEntries(newSegs(), r, &e)
+	checkSentinel(tb, got)
+	require.Equal(tb, wantErr, err, "%+v: ResolveEntries' error", r)
+	got, want = got[len(sentinel):], want[len(sentinel):]
+	if err != nil {
+		require.Empty(tb, got, "%+v: ResolveEntries appended on a fault", r)
+		return
+	}
+	if e.N == 0 {
+		require.Equal(tb, byteAddrs(want), byteAddrs(got), "%+v: ResolveEntries' segments", r)
+		return
+	}
+	require.Len(tb, got, e.N, "%+v: entries %+v", r, e)
+	var cut [][]byte
+	for c := range e.Cycles {
+		for j := range e.N {
+			cut = append(cut, got[j][c*e.Len[j]:][:e.Len[j]])
+		}
+	}
+	require.Equal(tb, byteAddrs(want), byteAddrs(cut), "%+v: entries %+v cut per cycle", r, e)
+}
+
+// byteAddrs lists segs as runs of consecutive byte addresses.
+func byteAddrs(segs [][]byte) [][2]uintptr {
+	var rs [][2]uintptr
+	for _, s := range segs {
+		if len(s) == 0 {
+			continue
+		}
+		a := uintptr(unsafe.Pointer(unsafe.SliceData(s)))
+		if n := len(rs); n > 0 && rs[n-1][0]+rs[n-1][1] == a {
+			rs[n-1][1] += uintptr(len(s))
+			continue
+		}
+		rs = append(rs, [2]uintptr{a, uintptr(len(s))})
+	}
+	return rs
 }

@@ -41,36 +41,112 @@ func (t *Table) Resolve(segs [][]byte, r Request) ([][]byte, error) {
 	return segs, nil
 }
 
+// Entries describes what ResolveEntries appended when it took an access
+// whole by entries: N segments, segment j holding entry j's Len[j] bytes
+// of each of Cycles cycles. N is 0 when the segments are Resolve's.
+type Entries struct {
+	N      int
+	Cycles uint64
+	Len    [4]uint64
+}
+
+// ResolveEntries is Resolve for a consumer that can take a strided
+// layout as its streams: when r.Key is a repeat block of at most four
+// entries that are dense (each entry's stride equal to its byte count,
+// as mlx5's data and PI entries are), r covers at least three whole
+// cycles, and each entry's bytes over them are one piece of memory, it
+// appends those pieces, one per entry in entry order, instead of one
+// segment per entry per cycle, and describes them in e. Otherwise it
+// appends what Resolve would and sets e.N to 0. The checks and faults are
+// Resolve's.
+func (t *Table) ResolveEntries(segs [][]byte, r Request, e *Entries) ([][]byte, error) {
+	*e = Entries{}
+	var chain [maxDepth]uint32
+	start := len(segs)
+	m, f := t.enter(r.Key, r.PD, r.Addr, r.Len, r.Access, 0, &chain)
+	if f != nil {
+		return segs, f
+	}
+	if r.Len == 0 {
+		return segs, nil
+	}
+	if rep := m.tr.rep; rep != nil {
+		out, ok, f := t.resolveDense(segs, rep, r.PD, r.Addr-m.StartAddr, r.Len, r.Access.Local(), 0, &chain, e)
+		if f != nil {
+			return segs[:start], f
+		}
+		if ok {
+			return out, nil
+		}
+		*e = Entries{}
+	}
+	segs, f = t.translate(segs, m, r.Key, r.PD, r.Addr, r.Len, r.Access, 0, &chain)
+	if f != nil {
+		return segs[:start], f
+	}
+	return segs, nil
+}
+
 func (t *Table) fault(kind FaultKind, key Key, depth int, addr, n uint64, need Access) *Fault {
 	return &Fault{Kind: kind, Key: key, Depth: depth, Addr: addr, Len: n, Need: need}
 }
 
 func (t *Table) resolve(segs [][]byte, key Key, pd uint32, addr, n uint64, need Access, depth int, chain *[maxDepth]uint32) ([][]byte, *Fault) {
+	m, f := t.enter(key, pd, addr, n, need, depth, chain)
+	if f != nil || n == 0 {
+		return segs, f
+	}
+	return t.translate(segs, m, key, pd, addr, n, need, depth, chain)
+}
+
+// enter checks an access through key at depth: index, variant, state, PD,
+// permissions, range and, for an indirect key, the depth and the chain of
+// keys (which it extends with this one).
+func (t *Table) enter(key Key, pd uint32, addr, n uint64, need Access, depth int, chain *[maxDepth]uint32) (*Mkey, *Fault) {
 	idx := key.Index()
 	m := t.Lookup(idx)
 	switch {
 	case m == nil:
-		return segs, t.fault(FaultBadIndex, key, depth, addr, n, need)
+		return nil, t.fault(FaultBadIndex, key, depth, addr, n, need)
 	case m.Free:
-		return segs, t.fault(FaultFree, key, depth, addr, n, need)
+		return nil, t.fault(FaultFree, key, depth, addr, n, need)
 	case key.Variant() != m.Variant:
-		return segs, t.fault(FaultVariant, key, depth, addr, n, need)
+		return nil, t.fault(FaultVariant, key, depth, addr, n, need)
 	case !m.AnyPD && m.PD != pd:
-		return segs, t.fault(FaultPD, key, depth, addr, n, need)
+		return nil, t.fault(FaultPD, key, depth, addr, n, need)
 	case need&^m.Access != 0:
-		return segs, t.fault(FaultAccess, key, depth, addr, n, need)
+		return nil, t.fault(FaultAccess, key, depth, addr, n, need)
 	case addr < m.StartAddr || addr+n < addr:
-		return segs, t.fault(FaultRange, key, depth, addr, n, need)
+		return nil, t.fault(FaultRange, key, depth, addr, n, need)
 	case !m.tr.ok:
-		return segs, t.fault(FaultTranslation, key, depth, addr, n, need)
+		return nil, t.fault(FaultTranslation, key, depth, addr, n, need)
 	}
 	off := addr - m.StartAddr
 	if !m.Length64 && (off > m.Len || n > m.Len-off) {
-		return segs, t.fault(FaultRange, key, depth, addr, n, need)
+		return nil, t.fault(FaultRange, key, depth, addr, n, need)
 	}
-	if n == 0 {
-		return segs, nil
+	if n == 0 || m.Mode == ModePA || m.Mode == ModeMTT {
+		return m, nil
 	}
+	// Indirect modes.
+	if depth+1 > int(t.caps.MaxIndirection) || depth+1 >= maxDepth {
+		return nil, t.fault(FaultDepth, key, depth, addr, n, need)
+	}
+	for _, c := range chain[:depth] {
+		if c == idx {
+			return nil, t.fault(FaultCycle, key, depth, addr, n, need)
+		}
+	}
+	chain[depth] = idx
+	if off+n > m.tr.mapped || off+n < off {
+		return nil, t.fault(FaultRange, key, depth, addr, n, need)
+	}
+	return m, nil
+}
+
+// translate appends the memory of [addr, addr+n) of m, which enter
+// admitted.
+func (t *Table) translate(segs [][]byte, m *Mkey, key Key, pd uint32, addr, n uint64, need Access, depth int, chain *[maxDepth]uint32) ([][]byte, *Fault) {
 	switch m.Mode {
 	case ModePA:
 		out, err := t.mem.Segments(segs, addr, n)
@@ -81,25 +157,13 @@ func (t *Table) resolve(segs [][]byte, key Key, pd uint32, addr, n uint64, need 
 	case ModeMTT:
 		return t.resolveMTT(segs, m, key, addr, n, need, depth)
 	}
-	// Indirect modes.
-	if depth+1 > int(t.caps.MaxIndirection) || depth+1 >= maxDepth {
-		return segs, t.fault(FaultDepth, key, depth, addr, n, need)
-	}
-	for _, c := range chain[:depth] {
-		if c == idx {
-			return segs, t.fault(FaultCycle, key, depth, addr, n, need)
-		}
-	}
-	chain[depth] = idx
+	off := addr - m.StartAddr
 	inner := need.Local()
-	if off+n > m.tr.mapped || off+n < off {
-		return segs, t.fault(FaultRange, key, depth, addr, n, need)
-	}
 	var f *Fault
 	switch {
 	case m.tr.rep != nil:
 		r := m.tr.rep
-		if out, ok, f := t.resolveDense(segs, r, pd, off, n, inner, depth, chain); f != nil {
+		if out, ok, f := t.resolveDense(segs, r, pd, off, n, inner, depth, chain, nil); f != nil {
 			return segs, f
 		} else if ok {
 			return out, nil
@@ -161,7 +225,10 @@ func (t *Table) resolve(segs [][]byte, key Key, pd uint32, addr, n uint64, need 
 // cycles: each entry's bytes for all the cycles are resolved at once and,
 // if each comes back as one piece of memory, cut per cycle. It reports
 // ok false to leave the access to the cycle-by-cycle path.
-func (t *Table) resolveDense(segs [][]byte, r *repeat, pd uint32, off, n uint64, need Access, depth int, chain *[maxDepth]uint32) ([][]byte, bool, *Fault) {
+//
+// With ent not nil and an access of whole cycles, it appends the pieces
+// themselves instead, one per entry, and describes them in ent.
+func (t *Table) resolveDense(segs [][]byte, r *repeat, pd uint32, off, n uint64, need Access, depth int, chain *[maxDepth]uint32, ent *Entries) ([][]byte, bool, *Fault) {
 	c0, c1 := off/r.cycle, (off+n-1)/r.cycle
 	if c1-c0 < 2 || len(r.ents) > 4 {
 		return segs, false, nil
@@ -194,6 +261,14 @@ func (t *Table) resolveDense(segs [][]byte, r *repeat, pd uint32, off, n uint64,
 		}
 		pieces[j], base[j] = got[mark], start
 		segs = got[:mark]
+	}
+	if ent != nil && w0 == 0 && wEnd == r.cycle {
+		ent.N, ent.Cycles = len(r.ents), c1-c0+1
+		for j := range r.ents {
+			ent.Len[j] = r.ents[j].len
+			segs = append(segs, pieces[j])
+		}
+		return segs, true, nil
 	}
 	// The cycle and the offset in it advance with the segments (no
 	// division per segment: at 512-byte blocks there are two per block).

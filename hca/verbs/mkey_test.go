@@ -11,6 +11,7 @@ import (
 	"github.com/hcasim/hcasim/hca"
 	"github.com/hcasim/hcasim/hca/hcatest"
 	"github.com/hcasim/hcasim/hca/verbs"
+	"github.com/hcasim/hcasim/t10dif"
 )
 
 // configure posts one WRMkeyConfigure and waits for its completion.
@@ -164,4 +165,79 @@ func TestMkeyBadUse(t *testing.T) {
 	}
 	require.NoError(t, sm.Destroy(), "destroy signature mkey")
 	require.NoError(t, m.Destroy(), "destroy mkey")
+}
+
+// TestMkeyInterleavedMemoryPI: a memory domain with PI interleaved,
+// gathered through interleaved layouts of two shapes over the same
+// stream of four 520-byte blocks: (data, PI) per block from two buffers,
+// which the device takes as one data run and one PI run, and (256, 264)
+// bytes per block, which it takes segment by segment. Both strip the
+// same data onto the wire, and with one guard corrupted both report the
+// same error.
+func TestMkeyInterleavedMemoryPI(t *testing.T) {
+	dev := hca.New(hca.Options{})
+	defer dev.Close()
+	client, server := intSide(t, dev), intSide(t, dev)
+	connect(t, client, server)
+	const blocks, iv = 4, 512
+	dom := t10dif.Domain{Format: t10dif.FormatPI8, Type: t10dif.Type1, Interval: iv, RefTag: 0x100}
+	data := make([]byte, blocks*iv)
+	for i := range data {
+		data[i] = byte(i*7 + i>>9)
+	}
+	stream := make([]byte, blocks*(iv+8))
+	_, err := t10dif.Generate(dom, t10dif.Buf{Data: stream}, data)
+	require.NoError(t, err, "generate")
+	mem := &verbs.SigBlockDomain{Type: verbs.SigBlockT10DIF, BlockSize: iv, RefTag: 0x100, RefRemap: true}
+	// Buffer A at 0, buffer B at 8 KiB of the client's MR.
+	const bOff = 8192
+	shapes := []struct {
+		name   string
+		counts [2]uint32
+	}{{"data and PI", [2]uint32{iv, 8}}, {"256 and 264", [2]uint32{256, 264}}}
+	layout := func(counts [2]uint32, st []byte) *verbs.Interleaved {
+		c0, c1 := int(counts[0]), int(counts[1])
+		for b := range blocks {
+			blk := st[b*(iv+8) : (b+1)*(iv+8)]
+			copy(client.buf[b*c0:], blk[:c0])
+			copy(client.buf[bOff+b*c1:], blk[c0:])
+		}
+		return &verbs.Interleaved{Repeat: blocks, Entries: []verbs.InterleavedEntry{
+			{Addr: client.mr.Addr, Count: counts[0], LKey: client.mr.LKey},
+			{Addr: client.mr.Addr + bOff, Count: counts[1], LKey: client.mr.LKey}}}
+	}
+	sm, err := server.pd.CreateMkey(verbs.MkeyIndirect, 1)
+	require.NoError(t, err, "create the server's mkey")
+	configure(t, server, &verbs.MkeyConfig{Mkey: sm, Access: verbs.AccessLocalWrite, SetAccess: true, List: []verbs.SGE{server.mr.SGE(0, len(data))}})
+	var errs []*verbs.MkeyErr
+	for _, corrupt := range []bool{false, true} {
+		st := append([]byte(nil), stream...)
+		if corrupt {
+			st[2*(iv+8)+iv] ^= 0x40 // block 2's guard
+		}
+		for _, sh := range shapes {
+			what := fmt.Sprintf("%s, corrupt %v", sh.name, corrupt)
+			m, err := client.pd.CreateMkey(verbs.MkeyIndirect|verbs.MkeyBlockSignature, 2)
+			require.NoError(t, err, "%s: create mkey", what)
+			configure(t, client, &verbs.MkeyConfig{Mkey: m, Access: verbs.AccessLocalWrite, SetAccess: true,
+				Interleaved: layout(sh.counts, st), Sig: &verbs.SigBlock{Mem: mem, CheckMask: 0xFF}})
+			clear(server.buf[:len(data)])
+			cw, sw := sendThrough(t, client, server, m.LKey, sm.LKey, len(data))
+			hcatest.Check(t, what+": send", cw, hcatest.Want{WRID: 1, Op: verbs.WCSend, Len: hcatest.AnyLen})
+			hcatest.Check(t, what+": recv", sw, hcatest.Want{WRID: 2, Op: verbs.WCRecv, Len: len(data)})
+			require.True(t, bytes.Equal(data, server.buf[:len(data)]), "%s: the data on the wire", what)
+			client.cq.Poll(make([]verbs.WC, 4)) // the SIG_ERR CQE, if any
+			e, err := m.Check()
+			require.NoError(t, err, "%s: check", what)
+			if !corrupt {
+				require.Nil(t, e, "%s: check", what)
+				continue
+			}
+			require.NotNil(t, e, "%s: check", what)
+			require.Equal(t, verbs.MkeyBadGuard, e.Type, "%s: check %+v", what, e)
+			errs = append(errs, e)
+		}
+	}
+	require.Len(t, errs, 2)
+	require.Equal(t, *errs[0], *errs[1], "the two shapes' errors")
 }
