@@ -203,6 +203,12 @@ func benchPairQP(b *testing.B, dev *hca.Device, qd, size int, integrity bool) (*
 			b.Fatal(err)
 		}
 		s.buf, _ = ctx.Alloc(size)
+		// Data in every page: memory never written maps the kernel's
+		// shared zero page, which would make reads of it unrealistically
+		// cheap (docs/PERFORMANCE.md).
+		for i := range s.buf {
+			s.buf[i] = byte(i*7 + i>>10)
+		}
 		s.mr, err = s.pd.RegMR(s.buf, verbs.AccessLocalWrite|verbs.AccessRemoteWrite|verbs.AccessRemoteRead)
 		if err != nil {
 			b.Fatal(err)
