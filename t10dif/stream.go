@@ -1,7 +1,6 @@
 package t10dif
 
 import (
-	"encoding/binary"
 	"fmt"
 	"hash/crc32"
 	"hash/crc64"
@@ -687,10 +686,8 @@ func (s *Stream) tuples8(guards []uint16, dst, src []byte, inUnit, outUnit int) 
 				inMeta = src[j*inUnit+iv:][:8]
 			}
 			if check && !s.hasErr {
-				tg := uint64(binary.BigEndian.Uint16(inMeta))
-				app := binary.BigEndian.Uint16(inMeta[2:])
-				ref := uint64(binary.BigEndian.Uint32(inMeta[4:]))
-				if (tg^uint64(g))&p.chkG != 0 || (ref^in.expectedRef(s.inBlk))&p.chkR != 0 || (app^in.appTag)&p.chkA != 0 {
+				t := in.getTuple(inMeta)
+				if (t.guard^uint64(g))&p.chkG != 0 || (t.ref^in.expectedRef(s.inBlk))&p.chkR != 0 || (t.app^in.appTag)&p.chkA != 0 {
 					s.checkTuple(s.inBlk, uint64(g), inMeta) // records it unless the tuple is escaped
 				}
 			}
@@ -717,9 +714,7 @@ func (s *Stream) tuples8(guards []uint16, dst, src []byte, inUnit, outUnit int) 
 				f.app = f.app&^p.cpyA | t.app&p.cpyA
 				f.ref = f.ref&^p.cpyR | t.ref&p.cpyR
 			}
-			binary.BigEndian.PutUint16(outMeta, uint16(f.guard))
-			binary.BigEndian.PutUint16(outMeta[2:], f.app)
-			binary.BigEndian.PutUint32(outMeta[4:], uint32(f.ref))
+			out.putTuple(outMeta, f)
 		}
 		s.outBlk++
 	}
