@@ -101,6 +101,10 @@ type QP struct {
 	// them, destroy waits for them (after closing stop).
 	engines errgroup.Group
 	closed  bool
+	// flushAtStop: the QP was in ERR already when destroy began, so the
+	// flush its move to ERR owes is delivered before the engines stop,
+	// whichever of the kick and the stop they see first (under mu).
+	flushAtStop bool
 }
 
 // qpSnap is a QP's state as the engines read it without a lock.
@@ -234,6 +238,7 @@ func (qp *QP) destroy() {
 		return
 	}
 	qp.closed = true
+	qp.flushAtStop = qp.state == ifc.StateERR
 	qp.state = ifc.StateERR
 	qp.publish()
 	qp.mu.Unlock()
@@ -320,6 +325,14 @@ func (f *Func) modifyQP(op uint16, in ifc.In) ifc.Out {
 	}
 	qp.kick()
 	return okOut(0)
+}
+
+// owesFlush reports whether the stopping engines flush what is posted
+// (flushAtStop).
+func (qp *QP) owesFlush() bool {
+	qp.mu.Lock()
+	defer qp.mu.Unlock()
+	return qp.flushAtStop
 }
 
 // reset returns the queues to empty: the requester and responder forget

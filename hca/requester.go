@@ -63,6 +63,9 @@ func (qp *QP) requester() {
 	s := &qp.req
 	defer func() {
 		qp.reqMu.Lock()
+		if qp.owesFlush() {
+			qp.step(s)
+		}
 		qp.reqDone = true
 		for _, p := range s.inflight {
 			p.req.retire()

@@ -88,6 +88,9 @@ func (qp *QP) responder() {
 		select {
 		case <-qp.stop:
 			qp.respMu.Lock()
+			if qp.owesFlush() {
+				qp.respStep(s)
+			}
 			qp.respDone = true
 			qp.respMu.Unlock()
 			return
