@@ -53,6 +53,8 @@ type reqState struct {
 	scratch [sq.MaxWQEBBs * sq.WQEBBSize]byte
 	seenPI  uint16     // the send counter when the last step began
 	free    []*pending // retired pending records, for reuse
+	// freeReqs are recycled requests, for reuse (newRequest, retire).
+	freeReqs []*request
 }
 
 // requester runs the send engine when nothing else does: after a doorbell
@@ -68,7 +70,7 @@ func (qp *QP) requester() {
 		}
 		qp.reqDone = true
 		for _, p := range s.inflight {
-			p.req.retire()
+			p.req.retire(s)
 		}
 		s.timer.Stop()
 		qp.reqMu.Unlock()
@@ -254,7 +256,7 @@ func (qp *QP) step(s *reqState) {
 	if gen != s.gen {
 		// Back to RESET: outstanding work is discarded without completions.
 		for _, p := range s.inflight {
-			p.req.retire()
+			p.req.retire(s)
 		}
 		qp.armTimer(s, 0, false)
 		*s = reqState{gen: gen, timer: s.timer}
@@ -367,27 +369,27 @@ func (qp *QP) execute(s *reqState, a *qpAttr, p *pending, w []byte, f *sq.CtrlFi
 	case sq.OpSetPSV:
 		synd = qp.doSetPSV(segs)
 	case sq.OpSend, sq.OpSendImm, sq.OpSendInval:
-		req = newRequest()
+		req = s.newRequest()
 		req.op, req.imm, req.solicited = f.Opcode, f.Imm, f.SE
-		req.src, req.length, req.srcSig, synd = qp.gather(req.segsFor(), segs, klm.LocalRead, &req.sigArr)
+		req.src, req.length, req.srcSig, synd = qp.gather(req.segsFor(), segs, klm.LocalRead, req.sigSlot())
 	case sq.OpRDMAWrite, sq.OpRDMAWriteImm:
 		if len(segs) < sq.RaddrSegSize {
 			synd = cq.SyndromeLocalQPOp
 			break
 		}
 		r := sq.RaddrSeg(segs).Fields()
-		req = newRequest()
+		req = s.newRequest()
 		req.op, req.raddr, req.rkey, req.imm, req.solicited = f.Opcode, r.Addr, klm.Key(r.RKey), f.Imm, f.SE
-		req.src, req.length, req.srcSig, synd = qp.gather(req.segsFor(), segs[sq.RaddrSegSize:], klm.LocalRead, &req.sigArr)
+		req.src, req.length, req.srcSig, synd = qp.gather(req.segsFor(), segs[sq.RaddrSegSize:], klm.LocalRead, req.sigSlot())
 	case sq.OpRDMARead:
 		if len(segs) < sq.RaddrSegSize {
 			synd = cq.SyndromeLocalQPOp
 			break
 		}
 		r := sq.RaddrSeg(segs).Fields()
-		req = newRequest()
+		req = s.newRequest()
 		req.op, req.raddr, req.rkey = f.Opcode, r.Addr, klm.Key(r.RKey)
-		req.dst, req.length, req.dstSig, synd = qp.gather(req.segsFor(), segs[sq.RaddrSegSize:], klm.LocalWrite, &req.sigArr)
+		req.dst, req.length, req.dstSig, synd = qp.gather(req.segsFor(), segs[sq.RaddrSegSize:], klm.LocalWrite, req.sigSlot())
 		p.readAtomic = true
 	case sq.OpAtomicCS, sq.OpAtomicFA:
 		if len(segs) < sq.RaddrSegSize+sq.AtomicSize {
@@ -396,10 +398,10 @@ func (qp *QP) execute(s *reqState, a *qpAttr, p *pending, w []byte, f *sq.CtrlFi
 		}
 		r := sq.RaddrSeg(segs).Fields()
 		at := sq.AtomicSeg(segs[sq.RaddrSegSize:]).Fields()
-		req = newRequest()
+		req = s.newRequest()
 		req.op, req.raddr, req.rkey, req.swapAdd, req.compare = f.Opcode, r.Addr, klm.Key(r.RKey), at.SwapAdd, at.Compare
 		var sa *sigAccess
-		req.dst, req.length, sa, synd = qp.gather(req.segsFor(), segs[sq.RaddrSegSize+sq.AtomicSize:], klm.LocalWrite, &req.sigArr)
+		req.dst, req.length, sa, synd = qp.gather(req.segsFor(), segs[sq.RaddrSegSize+sq.AtomicSize:], klm.LocalWrite, req.sigSlot())
 		switch {
 		case synd == 0 && sa != nil:
 			synd = cq.SyndromeLocalProt // no atomics through a signature key
@@ -682,8 +684,8 @@ func (qp *QP) ackUpTo(s *reqState, r response) {
 func (qp *QP) acked(s *reqState, p *pending) {
 	p.acked, p.done, p.bytes = true, true, uint32(p.req.length)
 	r := p.req
-	if r.src == nil && r.dst == nil {
-		return
+	if r.srcSig == nil && r.dstSig == nil {
+		return // peerSigErr and peerSigFail are a signature transform's
 	}
 	r.memMu.Lock()
 	e, failed := r.peerSigErr, r.peerSigFail
@@ -833,7 +835,7 @@ func (qp *QP) complete(s *reqState) int {
 	n := 0
 	for ; n < len(s.inflight) && s.inflight[n].done; n++ {
 		p := s.inflight[n]
-		p.req.retire()
+		p.req.retire(s)
 		if p.synd != 0 {
 			qp.cqe(&cq.Fields{Opcode: cq.OpReqErr, QPN: qp.qpn, WQEOpcode: uint8(p.op), WQECounter: p.idx, Syndrome: p.synd}, true)
 			s.inflight = s.inflight[n+1:]
@@ -880,7 +882,7 @@ func (qp *QP) fatal() {
 func (qp *QP) flush(s *reqState) {
 	qp.armTimer(s, 0, false)
 	for _, p := range s.inflight {
-		p.req.retire()
+		p.req.retire(s)
 		qp.cqe(&cq.Fields{Opcode: cq.OpReqErr, QPN: qp.qpn, WQEOpcode: uint8(p.op), WQECounter: p.idx, Syndrome: cq.SyndromeWRFlush}, true)
 	}
 	s.inflight = s.inflight[:0]

@@ -24,6 +24,10 @@ type respState struct {
 	sig      sigAccess  // scratch for the local side's signature access
 	ansTo    *QP        // the batch's requester (nil: the wire)
 	ansOn    bool       // answers holds a batch
+	// held is the requester whose reqMu the serving goroutine holds
+	// (serveInline): its requests cannot retire while they are served,
+	// so serve skips their memMu.
+	held *QP
 	asm      assembly   // the wire: the message being assembled
 	nakSeq   bool       // the wire: a sequence NAK is out for expected+asm.n
 	atomics  [16]atomicResult
@@ -111,8 +115,9 @@ func (qp *QP) responder() {
 // device) when the responder is idle, as a NIC's loopback path does: the
 // messages queued before them first, then reqs, then their answers. It
 // reports false, having taken nothing, when the responder is busy; the
-// caller queues reqs in the inbox then.
-func (qp *QP) serveInline(reqs []*request) bool {
+// caller queues reqs in the inbox then. from is the calling requester,
+// which holds its reqMu.
+func (qp *QP) serveInline(from *QP, reqs []*request) bool {
 	if !qp.respMu.TryLock() {
 		return false
 	}
@@ -125,9 +130,11 @@ func (qp *QP) serveInline(reqs []*request) bool {
 		return true
 	}
 	s := &qp.resp
+	s.held = from
 	qp.serveInbox(s)
 	qp.serveBatch(s, reqs)
 	qp.respStep(s)
+	s.held = nil
 	return true
 }
 
@@ -266,7 +273,7 @@ func (qp *QP) serve(s *respState, r *request) {
 	if !qp.fromPeer(r, &a) {
 		return
 	}
-	if r.from != nil && (r.src != nil || r.dst != nil) {
+	if r.from != nil && r.from != s.held && (r.src != nil || r.dst != nil) {
 		r.memMu.Lock()
 		defer r.memMu.Unlock()
 		if r.retired {

@@ -79,7 +79,9 @@ type request struct {
 	// segBuf is a longer backing (a signature key's strided memory domain
 	// gives two segments per block), kept across recycling.
 	segBuf [][]byte
-	sigArr sigAccess // backing for srcSig or dstSig
+	// sigBuf is the backing for srcSig or dstSig, kept across recycling
+	// (sigSlot).
+	sigBuf *sigAccess
 
 	// Where the fabric's responder ran the requester's signature transform
 	// (srcSig or dstSig): its first PI error, and whether the transform
@@ -139,11 +141,38 @@ func (r *request) keepSegs(segs [][]byte) {
 // requests recycles requests: a steady flow of operations allocates none.
 var requests = sync.Pool{New: func() any { return new(request) }}
 
-// newRequest returns a zeroed request held by its requester.
+// maxFreeRequests bounds a send engine's own free list (reqState.free).
+const maxFreeRequests = 256
+
+// newRequest returns a zeroed request held by its requester, from the
+// engine's free list when it has one.
+func (s *reqState) newRequest() *request {
+	var r *request
+	if n := len(s.freeReqs); n > 0 {
+		r = s.freeReqs[n-1]
+		s.freeReqs[n-1] = nil
+		s.freeReqs = s.freeReqs[:n-1]
+	} else {
+		r = requests.Get().(*request)
+	}
+	r.refs.Store(1)
+	return r
+}
+
+// newRequest returns a zeroed request from the shared pool (a requester
+// outside a send engine's step: the wire's).
 func newRequest() *request {
 	r := requests.Get().(*request)
 	r.refs.Store(1)
 	return r
+}
+
+// sigSlot returns the request's backing for a signature access.
+func (r *request) sigSlot() *sigAccess {
+	if r.sigBuf == nil {
+		r.sigBuf = new(sigAccess)
+	}
+	return r.sigBuf
 }
 
 // hold takes a reference for a copy in flight to the responder.
@@ -152,20 +181,29 @@ func (r *request) hold() { r.refs.Add(1) }
 // release drops a reference; the last one recycles the request.
 func (r *request) release() {
 	if r.refs.Add(-1) == 0 {
-		if r.pkt != nil {
-			r.pkt.put()
-		}
-		buf := r.segBuf
-		clear(buf[:cap(buf)])
-		*r = request{segBuf: buf[:0]}
+		r.recycle()
 		requests.Put(r)
 	}
 }
 
+// recycle zeroes the request for its next use, keeping its backings.
+func (r *request) recycle() {
+	if r.pkt != nil {
+		r.pkt.put()
+	}
+	buf, sb := r.segBuf, r.sigBuf
+	clear(buf[:cap(buf)])
+	if sb != nil && sb.sig != nil {
+		*sb = sigAccess{} // used: the stream's state goes too
+	}
+	*r = request{segBuf: buf[:0], sigBuf: sb}
+}
+
 // retire closes the request's memory to responders (see memMu), waiting
 // for a responder serving it, and drops the requester's reference. Only
-// the first call counts.
-func (r *request) retire() {
+// the first call counts. The send engine retires (under reqMu): when its
+// reference is the last, the request goes to the engine's free list.
+func (r *request) retire(s *reqState) {
 	if r == nil {
 		return
 	}
@@ -178,8 +216,14 @@ func (r *request) retire() {
 		first, r.retired = !r.retired, true
 		r.memMu.Unlock()
 	}
-	if first {
-		r.release()
+	if !first || r.refs.Add(-1) != 0 {
+		return
+	}
+	r.recycle()
+	if len(s.freeReqs) < maxFreeRequests {
+		s.freeReqs = append(s.freeReqs, r)
+	} else {
+		requests.Put(r)
 	}
 }
 
@@ -291,7 +335,7 @@ func (f *Fabric) send(qp *QP, a *qpAttr, reqs []*request) {
 	if peer := f.lookup(a.remoteLID, a.remoteQPN); peer != nil {
 		// A wire hook stands for a wire with its own timing: a test hook
 		// that holds a message must hold the responder, not the requester.
-		if f.hook.Load() == nil && peer.serveInline(reqs) {
+		if f.hook.Load() == nil && peer.serveInline(qp, reqs) {
 			return
 		}
 		n = peer.inbox.put(reqs...)
