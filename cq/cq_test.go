@@ -161,3 +161,44 @@ func TestConcurrentProducers(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// PushN writes a batch in order under one lock, as Push would one by
+// one: an overflow in the middle writes the CQEs before it and breaks the
+// ring; a consumer index that moved during the batch is seen before an
+// overflow is declared; an armed CQ fires once for the batch.
+func TestPushN(t *testing.T) {
+	var events atomic.Int32
+	r, buf, db := newRing(t, 2, func() { events.Add(1) })
+	r.Arm(ArmWord(0, ArmNext, 0))
+	fs := make([]Fields, 3)
+	for i := range fs {
+		fs[i] = Fields{Opcode: OpReq, QPN: 7, WQECounter: uint16(i)}
+	}
+	n, err := r.PushN(fs, false)
+	require.NoError(t, err)
+	require.Equal(t, 3, n)
+	require.Equal(t, int32(1), events.Load(), "events for one batch after arming")
+	for ci := range uint32(3) {
+		c, ok := Poll(buf, 2, ci)
+		require.True(t, ok, "CQE %d", ci)
+		require.Equal(t, uint16(ci), c.WQECounter(), "CQE %d", ci)
+	}
+	// The driver consumed two: a batch of three fits (one slot left plus two).
+	SetConsumerIndex(db, 2)
+	n, err = r.PushN(fs, false)
+	require.NoError(t, err)
+	require.Equal(t, 3, n)
+	// Nothing consumed since: one more batch of two overflows at once.
+	n, err = r.PushN(fs[:2], false)
+	require.ErrorIs(t, err, ErrOverflow)
+	require.Equal(t, 0, n)
+	require.True(t, r.Broken())
+	// A batch that overflows in its middle writes what fits.
+	r2, _, db2 := newRing(t, 2, nil)
+	n, err = r2.PushN(append(fs, fs[:2]...), false)
+	require.ErrorIs(t, err, ErrOverflow)
+	require.Equal(t, 4, n, "CQEs written before the overflow")
+	SetConsumerIndex(db2, 4)
+	_, err = r2.PushN(fs[:1], false)
+	require.ErrorIs(t, err, ErrOverflow, "a broken ring took a CQE")
+}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"unsafe"
 
 	"github.com/hcasim/hcasim/internal/dma"
 )
@@ -71,31 +72,47 @@ func (r *Ring) ConsumerIndex() uint32 { return dma.LoadBE32(r.dbrec[DBRecCI:]) &
 // overflow: nothing is written, the ring stays broken (every later Push
 // fails too) and the caller raises the CQ error event.
 func (r *Ring) Push(f *Fields, solicited bool) error {
+	_, err := r.PushN(unsafe.Slice(f, 1), solicited)
+	return err
+}
+
+// PushN writes the CQEs fs in order under one lock, each as Push writes
+// one (solicited applies to each), and returns how many it wrote; it
+// stops at an overflow and returns the error.
+func (r *Ring) PushN(fs []Fields, solicited bool) (int, error) {
 	r.mu.Lock()
-	if r.broken {
-		r.mu.Unlock()
-		return ErrOverflow
-	}
+	var err error
+	n, fire := 0, false
 	ci := r.ConsumerIndex()
-	if (r.pi-ci)&indexMask >= r.Size() {
-		r.broken = true
-		r.mu.Unlock()
-		return fmt.Errorf("producer %d, consumer %d, %d entries: %w", r.pi, ci, r.Size(), ErrOverflow)
-	}
-	i := r.pi & (r.Size() - 1)
-	c := CQE(r.buf[i*CQESize : (i+1)*CQESize])
-	last := c.Encode(f, uint8(r.pi>>r.logSize))
-	dma.StoreBytes(c[offWQECounter:], last)
-	r.pi = (r.pi + 1) & indexMask
-	fire := r.armed && (!r.solOnly || solicited || f.Opcode == OpReqErr || f.Opcode == OpRespErr)
-	if fire {
-		r.armed = false
+	for i := range fs {
+		if r.broken {
+			err = ErrOverflow
+			break
+		}
+		if (r.pi-ci)&indexMask >= r.Size() {
+			ci = r.ConsumerIndex() // the driver may have polled since
+		}
+		if (r.pi-ci)&indexMask >= r.Size() {
+			r.broken = true
+			err = fmt.Errorf("producer %d, consumer %d, %d entries: %w", r.pi, ci, r.Size(), ErrOverflow)
+			break
+		}
+		f := &fs[i]
+		i := r.pi & (r.Size() - 1)
+		c := CQE(r.buf[i*CQESize : (i+1)*CQESize])
+		last := c.Encode(f, uint8(r.pi>>r.logSize))
+		dma.StoreBytes(c[offWQECounter:], last)
+		r.pi = (r.pi + 1) & indexMask
+		n++
+		if r.armed && (!r.solOnly || solicited || f.Opcode == OpReqErr || f.Opcode == OpRespErr) {
+			r.armed, fire = false, true
+		}
 	}
 	r.mu.Unlock()
 	if fire && r.notify != nil {
 		r.notify()
 	}
-	return nil
+	return n, err
 }
 
 // Arm carries out an arm doorbell: the driver wrote word (ArmWord) to the

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"github.com/hcasim/hcasim/hca/ifc"
 	"sync"
+	"unsafe"
 
 	"github.com/hcasim/hcasim/cq"
 	"github.com/hcasim/hcasim/klm"
@@ -258,7 +259,13 @@ type CQ struct {
 
 // push writes a CQE; an overflow raises the CQ error event once.
 func (c *CQ) push(fl *cq.Fields, solicited bool) bool {
-	if err := c.ring.Push(fl, solicited); err != nil {
+	return c.pushN(unsafe.Slice(fl, 1), solicited)
+}
+
+// pushN writes CQEs in order under one lock of the ring; an overflow
+// raises the CQ error event once.
+func (c *CQ) pushN(fs []cq.Fields, solicited bool) bool {
+	if _, err := c.ring.PushN(fs, solicited); err != nil {
 		if !c.ring.Broken() {
 			return false
 		}

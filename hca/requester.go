@@ -51,8 +51,9 @@ type reqState struct {
 	answers uint64 // answers received, and the count when the timer was armed
 	armedAt uint64
 	scratch [sq.MaxWQEBBs * sq.WQEBBSize]byte
-	seenPI  uint16     // the send counter when the last step began
-	free    []*pending // retired pending records, for reuse
+	cqes    []cq.Fields // successful send CQEs of a complete, written together
+	seenPI  uint16      // the send counter when the last step began
+	free    []*pending  // retired pending records, for reuse
 	// freeReqs are recycled requests, for reuse (newRequest, retire).
 	freeReqs []*request
 }
@@ -271,6 +272,7 @@ func (qp *QP) step(s *reqState) {
 		// Completing can lift a fence or free the window: fetch again then.
 		for qp.fetch(s, &attr) && qp.complete(s) > 0 {
 		}
+		qp.sqFetched.Store(uint32(qp.sqr.Consumer()))
 	case ifc.StateERR:
 		qp.flush(s)
 		return
@@ -325,8 +327,7 @@ func (qp *QP) fetch(s *reqState, a *qpAttr) (blocked bool) {
 		if (f.Opcode == sq.OpRDMARead || f.Opcode == sq.OpAtomicCS || f.Opcode == sq.OpAtomicFA) && s.reads >= maxRD {
 			return true
 		}
-		w, f, err := qp.sqr.Fetch(s.scratch[:])
-		qp.sqFetched.Store(uint32(qp.sqr.Consumer()))
+		w, err := qp.sqr.Take(s.scratch[:], &f)
 		p := s.newPending()
 		p.idx, p.op, p.signaled = f.WQEIndex, f.Opcode, f.Signaled()
 		s.inflight = append(s.inflight, p)
@@ -837,6 +838,7 @@ func (qp *QP) complete(s *reqState) int {
 		p := s.inflight[n]
 		p.req.retire(s)
 		if p.synd != 0 {
+			qp.pushCQEs(s)
 			qp.cqe(&cq.Fields{Opcode: cq.OpReqErr, QPN: qp.qpn, WQEOpcode: uint8(p.op), WQECounter: p.idx, Syndrome: p.synd}, true)
 			s.inflight = s.inflight[n+1:]
 			qp.toError()
@@ -844,17 +846,28 @@ func (qp *QP) complete(s *reqState) int {
 			return n + 1
 		}
 		if p.signaled {
-			qp.cqe(&cq.Fields{Opcode: cq.OpReq, QPN: qp.qpn, WQEOpcode: uint8(p.op), WQECounter: p.idx, ByteCount: p.bytes}, false)
+			s.cqes = append(s.cqes, cq.Fields{Opcode: cq.OpReq, QPN: qp.qpn, WQEOpcode: uint8(p.op), WQECounter: p.idx, ByteCount: p.bytes})
 		}
 		// Nothing refers to p once it left inflight (answers are matched
 		// through inflight): reuse it.
 		*p = pending{}
 		s.free = append(s.free, p)
 	}
+	qp.pushCQEs(s)
 	if n > 0 {
 		s.inflight = append(s.inflight[:0], s.inflight[n:]...)
 	}
 	return n
+}
+
+// pushCQEs writes the send CQEs complete gathered, in one batch.
+func (qp *QP) pushCQEs(s *reqState) {
+	if len(s.cqes) > 0 {
+		if !qp.scq.pushN(s.cqes, false) {
+			qp.fatal()
+		}
+		s.cqes = s.cqes[:0]
+	}
 }
 
 // cqe writes a send completion; a CQ that cannot take it puts the QP in error.

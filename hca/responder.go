@@ -27,16 +27,16 @@ type respState struct {
 	// held is the requester whose reqMu the serving goroutine holds
 	// (serveInline): its requests cannot retire while they are served,
 	// so serve skips their memMu.
-	held *QP
-	asm      assembly   // the wire: the message being assembled
-	nakSeq   bool       // the wire: a sequence NAK is out for expected+asm.n
-	atomics  [16]atomicResult
-	atomicN  int
-	reads    [16]readRecord // the wire: READs executed, to serve a resent one again
-	readN    int
-	wmsg     request   // the wire: the message being served (reused)
-	wsrc     [1][]byte // its data
-	abuf     [8]byte   // an atomic's original value
+	held    *QP
+	asm     assembly // the wire: the message being assembled
+	nakSeq  bool     // the wire: a sequence NAK is out for expected+asm.n
+	atomics [16]atomicResult
+	atomicN int
+	reads   [16]readRecord // the wire: READs executed, to serve a resent one again
+	readN   int
+	wmsg    request   // the wire: the message being served (reused)
+	wsrc    [1][]byte // its data
+	abuf    [8]byte   // an atomic's original value
 }
 
 // ack answers the wire with kind for psn (a NAK, or an ACK of one packet).

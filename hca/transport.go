@@ -208,8 +208,10 @@ func (r *request) retire(s *reqState) {
 		return
 	}
 	first := false
-	if r.src == nil && r.dst == nil {
-		// No memory: responders do not look at retired.
+	if r.src == nil && r.dst == nil || r.refs.Load() == 1 {
+		// No memory (responders do not look at retired), or no copy in
+		// flight: only the requester, which holds reqMu, adds references,
+		// so no responder has the request or can get it.
 		first, r.retired = !r.retired, true
 	} else {
 		r.memMu.Lock()

@@ -43,6 +43,7 @@ type Ring struct {
 	dbrec   []byte // the send counter word
 	logSize uint8
 	ci      uint16 // next WQEBB to fetch (a free-running 16-bit counter)
+	avail   uint16 // WQEBBs posted from ci on, as Peek last saw them (Take)
 }
 
 // NewRing returns the ring over buf (2^logSize WQEBBs) with the send
@@ -69,11 +70,31 @@ func (r *Ring) Pending() bool { return r.Producer() != r.ci }
 // Peek returns the control fields of the next posted WQE without
 // consuming it; ok is false when none is posted.
 func (r *Ring) Peek() (f CtrlFields, ok bool) {
-	if r.Producer() == r.ci {
+	r.avail = r.Producer() - r.ci // the atomic load first: it publishes the WQE bytes
+	if r.avail == 0 {
 		return f, false
 	}
 	off := int(r.ci&uint16(r.Size()-1)) * WQEBBSize
 	return CtrlSeg(r.buf[off : off+CtrlSegSize]).Fields(), true
+}
+
+// Take consumes the WQE whose control fields the last Peek returned as f,
+// as Fetch does (the same checks, the same copy into scratch), without
+// reading the control segment again.
+func (r *Ring) Take(scratch []byte, f *CtrlFields) ([]byte, error) {
+	nbb := WQEBBs(f.DS)
+	if f.DS == 0 || int(f.DS) > MaxDS || uint16(nbb) > r.avail || nbb > r.Size() {
+		r.ci++
+		return nil, fmt.Errorf("WQE at %d: ds %d, %d WQEBBs posted: %w", r.ci-1, f.DS, r.avail, ErrBadWQE)
+	}
+	off := int(r.ci&uint16(r.Size()-1)) * WQEBBSize
+	w := scratch[:int(f.DS)*SegSize]
+	if first := copy(w, r.buf[off:]); first < len(w) {
+		copy(w[first:], r.buf)
+	}
+	r.ci += uint16(nbb)
+	r.avail -= uint16(nbb)
+	return w, nil
 }
 
 // Reset restarts the consumer counter at 0 (a QP back in RESET; the
@@ -87,19 +108,9 @@ func (r *Ring) Reset() { r.ci = 0 }
 // than MaxDS or than the posted WQEBBs is malformed: the counter is
 // advanced by one WQEBB so the queue can flush it.
 func (r *Ring) Fetch(scratch []byte) ([]byte, CtrlFields, error) {
-	size := uint16(r.Size())
-	avail := r.Producer() - r.ci // the atomic load first: it publishes the WQE bytes
-	off := int(r.ci&(size-1)) * WQEBBSize
+	r.avail = r.Producer() - r.ci // the atomic load first: it publishes the WQE bytes
+	off := int(r.ci&uint16(r.Size()-1)) * WQEBBSize
 	f := CtrlSeg(r.buf[off : off+CtrlSegSize]).Fields()
-	nbb := WQEBBs(f.DS)
-	if f.DS == 0 || int(f.DS) > MaxDS || uint16(nbb) > avail || nbb > r.Size() {
-		r.ci++
-		return nil, f, fmt.Errorf("WQE at %d: ds %d, %d WQEBBs posted: %w", r.ci-1, f.DS, avail, ErrBadWQE)
-	}
-	n := int(f.DS) * SegSize
-	w := scratch[:n]
-	first := copy(w, r.buf[off:])
-	copy(w[first:], r.buf)
-	r.ci += uint16(nbb)
-	return w, f, nil
+	w, err := r.Take(scratch, &f)
+	return w, f, err
 }

@@ -112,3 +112,32 @@ func TestRingFetchWrap(t *testing.T) {
 	_, err = NewRing(make([]byte, 100), db[4:], 2)
 	require.ErrorIs(t, err, ErrGeometry, "bad geometry accepted")
 }
+
+// Peek then Take consumes the WQE Peek saw, with Fetch's checks; a Take
+// for more WQEBBs than Peek saw posted is malformed.
+func TestRingPeekTake(t *testing.T) {
+	buf := make([]byte, 4*WQEBBSize)
+	db := make([]byte, 8)
+	r, err := NewRing(buf, db[4:], 2)
+	require.NoError(t, err)
+	var scratch [MaxWQEBBs * WQEBBSize]byte
+	_, ok := r.Peek()
+	require.False(t, ok, "peek of an empty ring")
+	CtrlSeg(buf).Encode(&CtrlFields{WQEIndex: 0, Opcode: OpRDMAWrite, DS: 3})
+	buf[47] = 0x5A
+	CtrlSeg(buf[WQEBBSize:]).Encode(&CtrlFields{WQEIndex: 1, Opcode: OpSend, DS: 8})
+	dma.StoreBE32(db[4:], 2) // the second WQE needs two WQEBBs: only one posted
+	f, ok := r.Peek()
+	require.True(t, ok)
+	require.Equal(t, OpRDMAWrite, f.Opcode)
+	w, err := r.Take(scratch[:], &f)
+	require.NoError(t, err)
+	require.Len(t, w, 48)
+	require.Equal(t, byte(0x5A), w[47])
+	require.Equal(t, uint16(1), r.Consumer())
+	f, ok = r.Peek()
+	require.True(t, ok)
+	_, err = r.Take(scratch[:], &f)
+	require.ErrorIs(t, err, ErrBadWQE, "a WQE longer than what was posted")
+	require.Equal(t, uint16(2), r.Consumer(), "a malformed WQE moves the counter by one")
+}

@@ -244,6 +244,7 @@ func (q *CQ) Poll(wcs []WC) (int, error) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	var last qpCache // consecutive CQEs are mostly one QP's
+	defer last.release()
 	for n < len(wcs) {
 		e, ok := cq.Poll(q.buf, q.logSize, q.ci)
 		if !ok {
@@ -266,16 +267,29 @@ func (q *CQ) Poll(wcs []WC) (int, error) {
 	return n, nil
 }
 
-// qpCache is the QP of the last CQE one Poll call completed.
+// qpCache is the QP of the last CQE one Poll call completed; while
+// consecutive send CQEs are that QP's, its send lock stays held (locked).
 type qpCache struct {
-	qpn uint32
-	qp  *QP
+	qpn    uint32
+	qp     *QP
+	locked bool
+}
+
+// release lets go of the send lock the cache holds.
+func (c *qpCache) release() {
+	if c.locked {
+		c.qp.smu.Unlock()
+		c.locked = false
+	}
 }
 
 // complete turns a CQE into a work completion through its QP's
 // bookkeeping; last, if not nil, remembers the QP within one poll.
 func (c *Context) complete(f *cq.Fields, last *qpCache) (WC, bool) {
 	if f.Opcode == cq.OpSigErr {
+		if last != nil {
+			last.release()
+		}
 		c.sigError(f)
 		return WC{}, false
 	}
@@ -287,7 +301,8 @@ func (c *Context) complete(f *cq.Fields, last *qpCache) (WC, bool) {
 		qp = c.qps[f.QPN]
 		c.mu.Unlock()
 		if last != nil {
-			*last = qpCache{f.QPN, qp}
+			last.release()
+			*last = qpCache{qpn: f.QPN, qp: qp}
 		}
 	}
 	if qp == nil {
@@ -295,8 +310,18 @@ func (c *Context) complete(f *cq.Fields, last *qpCache) (WC, bool) {
 	}
 	switch f.Opcode {
 	case cq.OpReq, cq.OpReqErr:
+		if last == nil {
+			qp.smu.Lock()
+			defer qp.smu.Unlock()
+		} else if !last.locked {
+			qp.smu.Lock()
+			last.locked = true
+		}
 		return qp.sendDone(f), true
 	case cq.OpRespSend, cq.OpRespSendImm, cq.OpRespSendInv, cq.OpRespWriteImm, cq.OpRespErr:
+		if last != nil {
+			last.release()
+		}
 		return qp.recvDone(f), true
 	}
 	return WC{}, false

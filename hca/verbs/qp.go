@@ -623,6 +623,7 @@ func (qp *QP) postWQE(wr *SendWR, w []byte, op sq.Opcode, ds uint8, fence sq.Fen
 	}
 	sq.CtrlSeg(w).Encode(&sq.CtrlFields{WQEIndex: qp.curPost, Opcode: op, QPN: qp.qpn, DS: ds, Fence: fence, CE: ce,
 		SE: se || wr.Flags&SendSolicited != 0, Imm: imm})
+	clear(w[int(ds)*sq.SegSize : nbb*sq.WQEBBSize]) // the last WQEBB's unused segments
 	qp.put(w[:nbb*sq.WQEBBSize], wr.WRID, wr.Opcode)
 	return nil
 }
@@ -646,10 +647,8 @@ func (qp *QP) put(w []byte, wrid uint64, op WROpcode) {
 }
 
 // sendDone turns a send CQE into a work completion and retires the WQEs up
-// to it.
+// to it. The caller holds smu.
 func (qp *QP) sendDone(f *cq.Fields) WC {
-	qp.smu.Lock()
-	defer qp.smu.Unlock()
 	size := uint16(1) << qp.sqLog
 	slot := f.WQECounter & (size - 1)
 	wc := WC{WRID: qp.wrid[slot], QPN: qp.qpn, ByteLen: f.ByteCount}

@@ -22,8 +22,9 @@ var wqeOpcodes = [numWROpcodes]sq.Opcode{
 // postRDMA builds a SEND, RDMA or atomic WR's WQE in scratch and posts
 // it. Called with smu held.
 func (qp *QP) postRDMA(wr *SendWR) error {
+	// Every segment is written whole; postWQE zeroes the rest of the last
+	// WQEBB (and dataSegs an inline segment's padding).
 	w := qp.scratch[:]
-	clear(w)
 	seg := w[sq.CtrlSegSize:]
 	n := 0 // bytes of segments after the control segment
 	imm := uint32(0)
@@ -83,7 +84,9 @@ func (qp *QP) dataSegs(seg []byte, wr *SendWR) (int, error) {
 			}
 			off += copy(seg[off:], b)
 		}
-		return (off + 15) &^ 15, nil
+		end := (off + 15) &^ 15
+		clear(seg[off:end])
+		return end, nil
 	}
 	if len(wr.SG) > qp.cap.MaxSendSGE {
 		return 0, fmt.Errorf("%d SGEs, at most %d: %w", len(wr.SG), qp.cap.MaxSendSGE, ErrTooManySGE)
