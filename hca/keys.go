@@ -10,14 +10,22 @@ import (
 // memory-domain range its translation holds, and the access carries the
 // transform. A signature key cannot serve atomics.
 //
+// c, if not nil, is the calling engine's key cache (plain keys only).
+//
 // A signature access is written into into when it is not nil (storage
 // that lives as long as the access: a request's, the responder's), and
 // allocated otherwise.
-func (qp *QP) resolveKey(segs [][]byte, key klm.Key, addr, n uint64, need klm.Access, toWire bool, into *sigAccess) ([][]byte, *sigAccess, error) {
+func (qp *QP) resolveKey(c *klm.Cache, segs [][]byte, key klm.Key, addr, n uint64, need klm.Access, toWire bool, into *sigAccess) ([][]byte, *sigAccess, error) {
 	t := qp.fn.mkeys
 	m := t.Lookup(key.Index())
 	if m == nil || !m.BSFEnabled || m.Free || m.Variant != key.Variant() || len(m.BSF) != psv.BSFSize {
-		segs, err := t.Resolve(segs, klm.Request{Key: key, PD: qp.pd, Addr: addr, Len: n, Access: need})
+		r := klm.Request{Key: key, PD: qp.pd, Addr: addr, Len: n, Access: need}
+		var err error
+		if c != nil {
+			segs, err = t.ResolveCached(c, segs, r)
+		} else {
+			segs, err = t.Resolve(segs, r)
+		}
 		return segs, nil, err
 	}
 	fault := func(kind klm.FaultKind) error {

@@ -53,6 +53,7 @@ type reqState struct {
 	scratch [sq.MaxWQEBBs * sq.WQEBBSize]byte
 	cqes    []cq.Fields // successful send CQEs of a complete, written together
 	seenPI  uint16      // the send counter when the last step began
+	keys    klm.Cache   // the local keys of gathers
 	free    []*pending  // retired pending records, for reuse
 	// freeReqs are recycled requests, for reuse (newRequest, retire).
 	freeReqs []*request
@@ -476,7 +477,7 @@ func (qp *QP) gather(out [][]byte, segs []byte, need klm.Access, into *sigAccess
 		}
 		var s *sigAccess
 		var err error
-		out, s, err = qp.resolveKey(out, klm.Key(d.LKey), d.Addr, uint64(d.ByteCount), need, need == klm.LocalRead, into)
+		out, s, err = qp.resolveKey(&qp.req.keys, out, klm.Key(d.LKey), d.Addr, uint64(d.ByteCount), need, need == klm.LocalRead, into)
 		if err != nil {
 			return nil, 0, nil, cq.SyndromeLocalProt
 		}

@@ -37,6 +37,7 @@ type respState struct {
 	wmsg    request   // the wire: the message being served (reused)
 	wsrc    [1][]byte // its data
 	abuf    [8]byte   // an atomic's original value
+	keys    klm.Cache // the keys of accesses served
 }
 
 // ack answers the wire with kind for psn (a NAK, or an ACK of one packet).
@@ -379,7 +380,7 @@ func (qp *QP) scatter(list []sq.DataFields, n uint64) ([][]byte, *sigAccess, cq.
 		take := min(uint64(d.ByteCount), n)
 		var s *sigAccess
 		var err error
-		out, s, err = qp.resolveKey(out, klm.Key(d.LKey), d.Addr, take, klm.LocalWrite, false, nil)
+		out, s, err = qp.resolveKey(&qp.resp.keys, out, klm.Key(d.LKey), d.Addr, take, klm.LocalWrite, false, nil)
 		if err != nil {
 			return nil, nil, cq.SyndromeLocalProt
 		}
@@ -461,7 +462,7 @@ func (qp *QP) serveWrite(s *respState, r *request, a *qpAttr) respKind {
 			return respAccess
 		}
 	} else if r.length > 0 { // a zero-length WRITE does not validate its R_Key (IBA C9-88)
-		dst, dsig, err := qp.resolveKey(s.segs[:0], r.rkey, r.raddr, r.length, klm.RemoteWrite, false, &s.sig)
+		dst, dsig, err := qp.resolveKey(&s.keys, s.segs[:0], r.rkey, r.raddr, r.length, klm.RemoteWrite, false, &s.sig)
 		if err != nil {
 			s.segs = scrub(s.segs)
 			return respAccess
@@ -488,7 +489,7 @@ func (qp *QP) serveRead(s *respState, r *request, a *qpAttr) respKind {
 	if r.length == 0 { // nor does a zero-length READ
 		return respACK
 	}
-	src, ssig, err := qp.resolveKey(s.segs[:0], r.rkey, r.raddr, r.length, klm.RemoteRead, true, &s.sig)
+	src, ssig, err := qp.resolveKey(&s.keys, s.segs[:0], r.rkey, r.raddr, r.length, klm.RemoteRead, true, &s.sig)
 	if err != nil {
 		s.segs = scrub(s.segs)
 		return respAccess
@@ -511,7 +512,7 @@ func (qp *QP) serveAtomic(s *respState, r *request, a *qpAttr) respKind {
 	if r.raddr%8 != 0 {
 		return respInvalid
 	}
-	segs, _, err := qp.resolveKey(nil, r.rkey, r.raddr, 8, klm.Atomic, false, nil)
+	segs, _, err := qp.resolveKey(nil, nil, r.rkey, r.raddr, 8, klm.Atomic, false, nil)
 	if err != nil {
 		return respAccess
 	}
