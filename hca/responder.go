@@ -192,6 +192,15 @@ func (qp *QP) answer(s *respState, r *request, kind respKind, rnr uint8) {
 			}
 		}
 	}
+	// Consecutive ACKs coalesce, as on the wire: an ACK acknowledges
+	// every message up to its PSN, so the later one stands for both (a
+	// duplicate's ACK of an earlier PSN does not replace it).
+	if n := len(s.answers); n > 0 && a.kind == respACK && !a.read {
+		if l := &s.answers[n-1]; l.kind == respACK && !l.read && roce.PSNDiff(a.psn, l.psn) >= 0 {
+			*l = a
+			return
+		}
+	}
 	s.answers = append(s.answers, a)
 	if a.data != nil {
 		// READ data goes out at once, not after the rest of the batch is
