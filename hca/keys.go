@@ -22,7 +22,7 @@ func (qp *QP) resolveKey(c *klm.Cache, segs [][]byte, key klm.Key, addr, n uint6
 		r := klm.Request{Key: key, PD: qp.pd, Addr: addr, Len: n, Access: need}
 		var err error
 		if c != nil {
-			segs, err = t.ResolveCached(c, segs, r)
+			segs, err = t.ResolveCached(c, m, segs, &r)
 		} else {
 			segs, err = t.Resolve(segs, r)
 		}

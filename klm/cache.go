@@ -18,22 +18,22 @@ type Cache struct {
 	buf    []byte // their memory
 }
 
-// ResolveCached is Resolve through c: a hit appends the one segment the
-// cached page holds, a miss resolves through the table and, when the
-// access lies in one page of an MTT key that maps one piece of memory,
-// fills c with that page.
-func (t *Table) ResolveCached(c *Cache, segs [][]byte, r Request) ([][]byte, error) {
-	if c.m != nil && r.Len > 0 && r.Key == c.key && r.PD == c.pd && r.Access == c.need &&
-		r.Addr >= c.lo && r.Addr < c.hi && r.Len <= c.hi-r.Addr &&
-		t.Lookup(r.Key.Index()) == c.m && t.mem.snap.Load() == c.mem {
+// ResolveCached is Resolve through c. m is r.Key's context as the caller
+// just looked it up (Lookup of r.Key's index). A hit appends the one
+// segment the cached page holds; a miss resolves through the table and,
+// when the access lies in one page of an MTT key that maps one piece of
+// memory, fills c with that page.
+func (t *Table) ResolveCached(c *Cache, m *Mkey, segs [][]byte, r *Request) ([][]byte, error) {
+	if m == c.m && m != nil && r.Len > 0 && r.Key == c.key && r.PD == c.pd && r.Access == c.need &&
+		r.Addr >= c.lo && r.Addr < c.hi && r.Len <= c.hi-r.Addr && t.mem.snap.Load() == c.mem {
 		off := r.Addr - c.lo
 		return append(segs, c.buf[off:off+r.Len:off+r.Len]), nil
 	}
 	mem := t.mem.snap.Load()
 	start := len(segs)
-	segs, err := t.Resolve(segs, r)
+	segs, err := t.Resolve(segs, *r)
 	if err == nil && len(segs) == start+1 {
-		t.fill(c, mem, r)
+		t.fill(c, mem, *r)
 	}
 	return segs, err
 }
@@ -45,7 +45,7 @@ func (t *Table) ResolveCached(c *Cache, segs [][]byte, r Request) ([][]byte, err
 func (t *Table) fill(c *Cache, mem *[]region, r Request) {
 	*c = Cache{}
 	m := t.Lookup(r.Key.Index())
-	if m == nil || m.Mode != ModeMTT || mem == nil {
+	if m == nil || m.Mode != ModeMTT || m.BSFEnabled || mem == nil {
 		return
 	}
 	size := uint64(1) << m.LogPageSize

@@ -104,7 +104,7 @@ func (w *cacheWorld) check(r klm.Request) {
 	tb := w.tb
 	tb.Helper()
 	want, werr := w.tbl.Resolve(nil, r)
-	got, gerr := w.tbl.ResolveCached(&w.c, newSegs(), r)
+	got, gerr := w.tbl.ResolveCached(&w.c, w.tbl.Lookup(r.Key.Index()), newSegs(), &r)
 	checkSentinel(tb, got)
 	got = got[len(sentinel):]
 	if werr != nil {
@@ -146,7 +146,7 @@ func TestResolveCachedHit(t *testing.T) {
 	segs := make([][]byte, 0, 4)
 	allocs := testing.AllocsPerRun(100, func() {
 		var err error
-		segs, err = w.tbl.ResolveCached(&w.c, segs[:0], r)
+		segs, err = w.tbl.ResolveCached(&w.c, w.tbl.Lookup(r.Key.Index()), segs[:0], &r)
 		require.NoError(t, err)
 	})
 	require.Zero(t, allocs)
@@ -156,7 +156,7 @@ func TestResolveCachedHit(t *testing.T) {
 		m.Free = true
 		return m, nil
 	}))
-	_, err := w.tbl.ResolveCached(&w.c, nil, r)
+	_, err := w.tbl.ResolveCached(&w.c, w.tbl.Lookup(r.Key.Index()), nil, &r)
 	var f *klm.Fault
 	require.ErrorAs(t, err, &f)
 	require.Equal(t, klm.FaultFree, f.Kind, "an invalidated key through a cache that held it")
@@ -164,7 +164,7 @@ func TestResolveCachedHit(t *testing.T) {
 	r = klm.Request{Key: w.keys[1], PD: testPD, Addr: cacheBase + 0x10, Len: 16, Access: klm.RemoteWrite}
 	w.check(r)
 	w.unmap(0x40000)
-	_, err = w.tbl.ResolveCached(&w.c, nil, r)
+	_, err = w.tbl.ResolveCached(&w.c, w.tbl.Lookup(r.Key.Index()), nil, &r)
 	require.ErrorAs(t, err, &f)
 	require.Equal(t, klm.FaultUnmapped, f.Kind, "unmapped memory through a cache that held it")
 }
