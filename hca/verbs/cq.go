@@ -250,9 +250,8 @@ func (q *CQ) Poll(wcs []WC) (int, error) {
 		if !ok {
 			break
 		}
-		f := e.Fields()
 		q.ci++
-		if wc, ok := q.ctx.complete(&f, &last); ok {
+		if wc, ok := q.ctx.complete(e, &last); ok {
 			wcs[n] = wc
 			n++
 		}
@@ -285,30 +284,32 @@ func (c *qpCache) release() {
 
 // complete turns a CQE into a work completion through its QP's
 // bookkeeping; last, if not nil, remembers the QP within one poll.
-func (c *Context) complete(f *cq.Fields, last *qpCache) (WC, bool) {
-	if f.Opcode == cq.OpSigErr {
+func (c *Context) complete(e cq.CQE, last *qpCache) (WC, bool) {
+	op := e.Opcode()
+	if op == cq.OpSigErr {
 		if last != nil {
 			last.release()
 		}
-		c.sigError(f)
+		f := e.Fields()
+		c.sigError(&f)
 		return WC{}, false
 	}
 	var qp *QP
-	if last != nil && last.qp != nil && last.qpn == f.QPN {
+	if qpn := e.QPN(); last != nil && last.qp != nil && last.qpn == qpn {
 		qp = last.qp
 	} else {
 		c.mu.Lock()
-		qp = c.qps[f.QPN]
+		qp = c.qps[qpn]
 		c.mu.Unlock()
 		if last != nil {
 			last.release()
-			*last = qpCache{qpn: f.QPN, qp: qp}
+			*last = qpCache{qpn: qpn, qp: qp}
 		}
 	}
 	if qp == nil {
 		return WC{}, false
 	}
-	switch f.Opcode {
+	switch op {
 	case cq.OpReq, cq.OpReqErr:
 		if last == nil {
 			qp.smu.Lock()
@@ -317,12 +318,12 @@ func (c *Context) complete(f *cq.Fields, last *qpCache) (WC, bool) {
 			qp.smu.Lock()
 			last.locked = true
 		}
-		return qp.sendDone(f), true
+		return qp.sendDone(e, op), true
 	case cq.OpRespSend, cq.OpRespSendImm, cq.OpRespSendInv, cq.OpRespWriteImm, cq.OpRespErr:
 		if last != nil {
 			last.release()
 		}
-		return qp.recvDone(f), true
+		return qp.recvDone(e, op), true
 	}
 	return WC{}, false
 }

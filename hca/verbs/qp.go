@@ -646,12 +646,13 @@ func (qp *QP) put(w []byte, wrid uint64, op WROpcode) {
 	qp.curPost += uint16(nbb)
 }
 
-// sendDone turns a send CQE into a work completion and retires the WQEs up
-// to it. The caller holds smu.
-func (qp *QP) sendDone(f *cq.Fields) WC {
+// sendDone turns a send CQE (of opcode op) into a work completion and
+// retires the WQEs up to it. The caller holds smu.
+func (qp *QP) sendDone(e cq.CQE, op cq.Opcode) WC {
 	size := uint16(1) << qp.sqLog
-	slot := f.WQECounter & (size - 1)
-	wc := WC{WRID: qp.wrid[slot], QPN: qp.qpn, ByteLen: f.ByteCount}
+	counter := e.WQECounter()
+	slot := counter & (size - 1)
+	wc := WC{WRID: qp.wrid[slot], QPN: qp.qpn}
 	switch qp.wrop[slot] {
 	case WRRegMR, WRRegMRIntegrity, WRRegSigMR:
 		wc.Opcode = WCRegMR
@@ -660,32 +661,38 @@ func (qp *QP) sendDone(f *cq.Fields) WC {
 	case WRLocalInv:
 		wc.Opcode = WCLocalInv
 	default:
-		wc.Opcode = wcOpcode(sq.Opcode(f.WQEOpcode))
+		wc.Opcode = wcOpcode(sq.Opcode(e.WQEOpcode()))
 	}
-	if f.Opcode == cq.OpReqErr {
-		wc.Status, wc.VendorErr = statusOf(f.Syndrome), f.VendorSyndrome
+	if op == cq.OpReqErr {
+		wc.Status, wc.VendorErr = statusOf(e.Syndrome()), e.VendorSyndrome()
+	} else {
+		wc.ByteLen = e.ByteCount()
 	}
-	qp.sqTail = f.WQECounter + uint16(qp.nbb[slot])
+	qp.sqTail = counter + uint16(qp.nbb[slot])
 	return wc
 }
 
-// recvDone turns a receive CQE into a work completion.
-func (qp *QP) recvDone(f *cq.Fields) WC {
+// recvDone turns a receive CQE (of opcode op) into a work completion.
+func (qp *QP) recvDone(e cq.CQE, op cq.Opcode) WC {
 	qp.rmu.Lock()
 	defer qp.rmu.Unlock()
-	slot := f.WQECounter & (1<<qp.rqLog - 1)
-	wc := WC{WRID: qp.rwrid[slot], QPN: qp.qpn, ByteLen: f.ByteCount, Opcode: WCRecv}
-	switch f.Opcode {
-	case cq.OpRespErr:
-		wc.Status, wc.VendorErr = statusOf(f.Syndrome), f.VendorSyndrome
-	case cq.OpRespSendImm:
-		wc.Imm, wc.WithImm = f.Immediate, true
-	case cq.OpRespSendInv:
-		wc.Imm, wc.WithInv = f.Immediate, true
-	case cq.OpRespWriteImm:
-		wc.Imm, wc.WithImm, wc.Opcode = f.Immediate, true, WCRecvRDMAWithImm
+	counter := e.WQECounter()
+	slot := counter & (1<<qp.rqLog - 1)
+	wc := WC{WRID: qp.rwrid[slot], QPN: qp.qpn, Opcode: WCRecv}
+	if op != cq.OpRespErr {
+		wc.ByteLen = e.ByteCount()
 	}
-	qp.rqTail = f.WQECounter + 1
+	switch op {
+	case cq.OpRespErr:
+		wc.Status, wc.VendorErr = statusOf(e.Syndrome()), e.VendorSyndrome()
+	case cq.OpRespSendImm:
+		wc.Imm, wc.WithImm = e.Immediate(), true
+	case cq.OpRespSendInv:
+		wc.Imm, wc.WithInv = e.Immediate(), true
+	case cq.OpRespWriteImm:
+		wc.Imm, wc.WithImm, wc.Opcode = e.Immediate(), true, WCRecvRDMAWithImm
+	}
+	qp.rqTail = counter + 1
 	return wc
 }
 
