@@ -295,9 +295,9 @@ func (qp *QP) step(s *reqState) {
 // WQE it could not start yet.
 func (qp *QP) fetch(s *reqState, a *qpAttr) (blocked bool) {
 	maxRD := max(int(a.maxRD), 1)
+	var f sq.CtrlFields
 	for !s.erred {
-		f, ok := qp.sqr.Peek()
-		if !ok {
+		if !qp.sqr.PeekInto(&f) {
 			return false
 		}
 		if len(s.inflight) >= window {

@@ -197,7 +197,7 @@ func (qp *QP) answer(s *respState, r *request, kind respKind, rnr uint8) {
 	// duplicate's ACK of an earlier PSN does not replace it).
 	if n := len(s.answers); n > 0 && a.kind == respACK && !a.read {
 		if l := &s.answers[n-1]; l.kind == respACK && !l.read && roce.PSNDiff(a.psn, l.psn) >= 0 {
-			*l = a
+			l.psn, l.msn = a.psn, a.msn // a plain ACK has no other fields
 			return
 		}
 	}

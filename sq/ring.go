@@ -70,12 +70,20 @@ func (r *Ring) Pending() bool { return r.Producer() != r.ci }
 // Peek returns the control fields of the next posted WQE without
 // consuming it; ok is false when none is posted.
 func (r *Ring) Peek() (f CtrlFields, ok bool) {
+	ok = r.PeekInto(&f)
+	return f, ok
+}
+
+// PeekInto is Peek decoding into f (which it leaves alone when nothing is
+// posted).
+func (r *Ring) PeekInto(f *CtrlFields) bool {
 	r.avail = r.Producer() - r.ci // the atomic load first: it publishes the WQE bytes
 	if r.avail == 0 {
-		return f, false
+		return false
 	}
 	off := int(r.ci&uint16(r.Size()-1)) * WQEBBSize
-	return CtrlSeg(r.buf[off : off+CtrlSegSize]).Fields(), true
+	CtrlSeg(r.buf[off : off+CtrlSegSize]).Decode(f)
+	return true
 }
 
 // Take consumes the WQE whose control fields the last Peek returned as f,

@@ -93,19 +93,19 @@ type CtrlFields struct {
 
 // Fields decodes the segment.
 func (c CtrlSeg) Fields() CtrlFields {
+	var f CtrlFields
+	c.Decode(&f)
+	return f
+}
+
+// Decode decodes the segment into f (Fields without the copy).
+func (c CtrlSeg) Decode(f *CtrlFields) {
 	w0, w1 := binary.BigEndian.Uint32(c), binary.BigEndian.Uint32(c[4:])
-	return CtrlFields{
-		OpMod:     uint8(w0 >> 24),
-		WQEIndex:  uint16(w0 >> 8),
-		Opcode:    Opcode(w0),
-		QPN:       w1 >> 8,
-		DS:        uint8(w1 & 0x3F),
-		Signature: c[8],
-		Fence:     Fence(c[11] & fenceMask),
-		CE:        c[11] & 0x0C,
-		SE:        c[11]&SESolicited != 0,
-		Imm:       binary.BigEndian.Uint32(c[12:]),
-	}
+	f.OpMod, f.WQEIndex, f.Opcode = uint8(w0>>24), uint16(w0>>8), Opcode(w0)
+	f.QPN, f.DS = w1>>8, uint8(w1&0x3F)
+	f.Signature = c[8]
+	f.Fence, f.CE, f.SE = Fence(c[11]&fenceMask), c[11]&0x0C, c[11]&SESolicited != 0
+	f.Imm = binary.BigEndian.Uint32(c[12:])
 }
 
 // Encode writes f into the segment.

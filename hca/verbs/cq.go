@@ -251,8 +251,7 @@ func (q *CQ) Poll(wcs []WC) (int, error) {
 			break
 		}
 		q.ci++
-		if wc, ok := q.ctx.complete(e, &last); ok {
-			wcs[n] = wc
+		if q.ctx.complete(e, &wcs[n], &last) {
 			n++
 		}
 	}
@@ -284,7 +283,7 @@ func (c *qpCache) release() {
 
 // complete turns a CQE into a work completion through its QP's
 // bookkeeping; last, if not nil, remembers the QP within one poll.
-func (c *Context) complete(e cq.CQE, last *qpCache) (WC, bool) {
+func (c *Context) complete(e cq.CQE, wc *WC, last *qpCache) bool {
 	op := e.Opcode()
 	if op == cq.OpSigErr {
 		if last != nil {
@@ -292,7 +291,7 @@ func (c *Context) complete(e cq.CQE, last *qpCache) (WC, bool) {
 		}
 		f := e.Fields()
 		c.sigError(&f)
-		return WC{}, false
+		return false
 	}
 	var qp *QP
 	if qpn := e.QPN(); last != nil && last.qp != nil && last.qpn == qpn {
@@ -307,7 +306,7 @@ func (c *Context) complete(e cq.CQE, last *qpCache) (WC, bool) {
 		}
 	}
 	if qp == nil {
-		return WC{}, false
+		return false
 	}
 	switch op {
 	case cq.OpReq, cq.OpReqErr:
@@ -318,14 +317,16 @@ func (c *Context) complete(e cq.CQE, last *qpCache) (WC, bool) {
 			qp.smu.Lock()
 			last.locked = true
 		}
-		return qp.sendDone(e, op), true
+		qp.sendDone(e, op, wc)
+		return true
 	case cq.OpRespSend, cq.OpRespSendImm, cq.OpRespSendInv, cq.OpRespWriteImm, cq.OpRespErr:
 		if last != nil {
 			last.release()
 		}
-		return qp.recvDone(e, op), true
+		qp.recvDone(e, op, wc)
+		return true
 	}
-	return WC{}, false
+	return false
 }
 
 // wcOpcode maps a send WQE opcode to a completion opcode.

@@ -646,13 +646,13 @@ func (qp *QP) put(w []byte, wrid uint64, op WROpcode) {
 	qp.curPost += uint16(nbb)
 }
 
-// sendDone turns a send CQE (of opcode op) into a work completion and
+// sendDone turns a send CQE (of opcode op) into the work completion wc and
 // retires the WQEs up to it. The caller holds smu.
-func (qp *QP) sendDone(e cq.CQE, op cq.Opcode) WC {
+func (qp *QP) sendDone(e cq.CQE, op cq.Opcode, wc *WC) {
 	size := uint16(1) << qp.sqLog
 	counter := e.WQECounter()
 	slot := counter & (size - 1)
-	wc := WC{WRID: qp.wrid[slot], QPN: qp.qpn}
+	*wc = WC{WRID: qp.wrid[slot], QPN: qp.qpn}
 	switch qp.wrop[slot] {
 	case WRRegMR, WRRegMRIntegrity, WRRegSigMR:
 		wc.Opcode = WCRegMR
@@ -669,16 +669,15 @@ func (qp *QP) sendDone(e cq.CQE, op cq.Opcode) WC {
 		wc.ByteLen = e.ByteCount()
 	}
 	qp.sqTail = counter + uint16(qp.nbb[slot])
-	return wc
 }
 
-// recvDone turns a receive CQE (of opcode op) into a work completion.
-func (qp *QP) recvDone(e cq.CQE, op cq.Opcode) WC {
+// recvDone turns a receive CQE (of opcode op) into the work completion wc.
+func (qp *QP) recvDone(e cq.CQE, op cq.Opcode, wc *WC) {
 	qp.rmu.Lock()
 	defer qp.rmu.Unlock()
 	counter := e.WQECounter()
 	slot := counter & (1<<qp.rqLog - 1)
-	wc := WC{WRID: qp.rwrid[slot], QPN: qp.qpn, Opcode: WCRecv}
+	*wc = WC{WRID: qp.rwrid[slot], QPN: qp.qpn, Opcode: WCRecv}
 	if op != cq.OpRespErr {
 		wc.ByteLen = e.ByteCount()
 	}
@@ -693,7 +692,6 @@ func (qp *QP) recvDone(e cq.CQE, op cq.Opcode) WC {
 		wc.Imm, wc.WithImm, wc.Opcode = e.Immediate(), true, WCRecvRDMAWithImm
 	}
 	qp.rqTail = counter + 1
-	return wc
 }
 
 // PostRawWQE copies a WQE the caller built (control segment and all, as
