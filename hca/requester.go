@@ -6,6 +6,7 @@ import (
 	"github.com/hcasim/hcasim/hca/ifc"
 	"github.com/hcasim/hcasim/psv"
 	"runtime"
+	"slices"
 	"time"
 
 	"github.com/hcasim/hcasim/cq"
@@ -847,7 +848,12 @@ func (qp *QP) complete(s *reqState) int {
 			return n + 1
 		}
 		if p.signaled {
-			s.cqes = append(s.cqes, cq.Fields{Opcode: cq.OpReq, QPN: qp.qpn, WQEOpcode: uint8(p.op), WQECounter: p.idx, ByteCount: p.bytes})
+			// Written in place: no whole-struct copy of a just-built value.
+			k := len(s.cqes)
+			s.cqes = slices.Grow(s.cqes, 1)[:k+1]
+			f := &s.cqes[k]
+			*f = cq.Fields{}
+			f.Opcode, f.QPN, f.WQEOpcode, f.WQECounter, f.ByteCount = cq.OpReq, qp.qpn, uint8(p.op), p.idx, p.bytes
 		}
 		// Nothing refers to p once it left inflight (answers are matched
 		// through inflight): reuse it.

@@ -269,7 +269,8 @@ func (qp *QP) recvWQE(s *respState) ([]sq.DataFields, bool) {
 
 // serve executes one request message in PSN order.
 func (qp *QP) serve(s *respState, r *request) {
-	st, a, gen := qp.snapshot()
+	sn := qp.snap.Load() // immutable: the fields are read in place
+	st, a, gen := sn.state, &sn.attr, sn.gen
 	if gen != s.gen {
 		qp.sendAnswers(s)
 		qp.resetResp(s, gen)
@@ -280,7 +281,7 @@ func (qp *QP) serve(s *respState, r *request) {
 	if !s.psnInit {
 		s.expected, s.psnInit = a.rqPSN, true
 	}
-	if !qp.fromPeer(r, &a) {
+	if !qp.fromPeer(r, a) {
 		return
 	}
 	if r.from != nil && r.from != s.held && (r.src != nil || r.dst != nil) {
@@ -297,7 +298,7 @@ func (qp *QP) serve(s *respState, r *request) {
 			qp.dev.count(&qp.dev.ctr.duplicates)
 			switch r.op {
 			case sq.OpRDMARead:
-				qp.answer(s, r, qp.serveRead(s, r, &a), 0)
+				qp.answer(s, r, qp.serveRead(s, r, a), 0)
 			case sq.OpAtomicCS, sq.OpAtomicFA:
 				if r.from != nil {
 					qp.answer(s, r, respACK, 0) // its result is in place
@@ -316,11 +317,11 @@ func (qp *QP) serve(s *respState, r *request) {
 	case sq.OpSend, sq.OpSendImm, sq.OpSendInval:
 		kind = qp.serveSend(s, r)
 	case sq.OpRDMAWrite, sq.OpRDMAWriteImm:
-		kind = qp.serveWrite(s, r, &a)
+		kind = qp.serveWrite(s, r, a)
 	case sq.OpRDMARead:
-		kind = qp.serveRead(s, r, &a)
+		kind = qp.serveRead(s, r, a)
 	case sq.OpAtomicCS, sq.OpAtomicFA:
-		kind = qp.serveAtomic(s, r, &a)
+		kind = qp.serveAtomic(s, r, a)
 	default:
 		kind = respInvalid
 	}

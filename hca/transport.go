@@ -114,10 +114,11 @@ type request struct {
 	memMu   sync.Mutex
 	retired bool
 
-	// refs counts the request's holders: the requester until it retires
-	// it, and each copy in flight to the responder (from the step's out
-	// list through the peer's inbox until it is served or dropped). The
-	// last release recycles it.
+	// refs counts the request's holders other than the first, so that a
+	// new (zeroed) request has its requester's reference without a store:
+	// the requester until it retires it, and each copy in flight to the
+	// responder (from the step's out list through the peer's inbox until
+	// it is served or dropped). The last release (to -1) recycles it.
 	refs atomic.Int32
 }
 
@@ -155,16 +156,13 @@ func (s *reqState) newRequest() *request {
 	} else {
 		r = requests.Get().(*request)
 	}
-	r.refs.Store(1)
 	return r
 }
 
 // newRequest returns a zeroed request from the shared pool (a requester
 // outside a send engine's step: the wire's).
 func newRequest() *request {
-	r := requests.Get().(*request)
-	r.refs.Store(1)
-	return r
+	return requests.Get().(*request)
 }
 
 // sigSlot returns the request's backing for a signature access.
@@ -180,7 +178,7 @@ func (r *request) hold() { r.refs.Add(1) }
 
 // release drops a reference; the last one recycles the request.
 func (r *request) release() {
-	if r.refs.Add(-1) == 0 {
+	if r.refs.Add(-1) == -1 {
 		r.recycle()
 		requests.Put(r)
 	}
@@ -208,7 +206,7 @@ func (r *request) retire(s *reqState) {
 		return
 	}
 	first := false
-	if r.src == nil && r.dst == nil || r.refs.Load() == 1 {
+	if r.src == nil && r.dst == nil || r.refs.Load() == 0 {
 		// No memory (responders do not look at retired), or no copy in
 		// flight: only the requester, which holds reqMu, adds references,
 		// so no responder has the request or can get it.
@@ -218,7 +216,7 @@ func (r *request) retire(s *reqState) {
 		first, r.retired = !r.retired, true
 		r.memMu.Unlock()
 	}
-	if !first || r.refs.Add(-1) != 0 {
+	if !first || r.refs.Add(-1) != -1 {
 		return
 	}
 	r.recycle()
