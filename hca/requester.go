@@ -236,8 +236,8 @@ func (qp *QP) flushOut(s *reqState) {
 	clear(s.out[len(out):])
 	s.out = out
 	if len(s.out) > 0 {
-		_, a, _ := qp.snapshot()
-		qp.dev.route(&a).send(qp, &a, s.out)
+		a := &qp.snap.Load().attr // immutable: not copied (a copy would escape)
+		qp.dev.route(a).send(qp, a, s.out)
 		clear(s.out)
 		s.out = s.out[:0]
 		if !s.armed {

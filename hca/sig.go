@@ -225,15 +225,21 @@ func (sa *sigAccess) run(dst, src [][]byte) (*sigErr, error) {
 	}
 	err := st.Close()
 	e := firstErr(st)
-	var pe *t10dif.Error
 	switch {
-	case err == nil, errors.As(err, &pe):
+	case err == nil, isPIError(err):
 	case errors.Is(err, t10dif.ErrPartialBlock), errors.Is(err, t10dif.ErrShortBuffer):
 		// The access ended inside a block's data or its PI.
 	default:
 		return e, fmt.Errorf("%w: %w", errSigStream, err)
 	}
 	return e, nil
+}
+
+// isPIError reports whether err is a PI check's error (a *t10dif.Error);
+// apart so that the target errors.As needs escapes only on an error.
+func isPIError(err error) bool {
+	var pe *t10dif.Error
+	return errors.As(err, &pe)
 }
 
 // dixRuns reports whether segs, the memory side of an access through an

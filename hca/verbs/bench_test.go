@@ -100,7 +100,7 @@ func BenchmarkWritePI(b *testing.B) {
 // benchSigKey registers an integrity MR over a's buffer (the data, then
 // separate metadata for pass) and returns the source SGE of a WRITE of
 // size data bytes through it.
-func benchSigKey(b *testing.B, a *side, mode string, iv, size int) verbs.SGE {
+func benchSigKey(b testing.TB, a *side, mode string, iv, size int) verbs.SGE {
 	blocks := size / iv
 	dom := verbs.SigDomain{Type: verbs.SigTypeT10DIF, PIInterval: uint32(iv), RefTag: 0x100, RefRemap: true, AppEscape: true, ApptagCheckMask: 0xFFFF}
 	attrs := verbs.SigAttrs{CheckMask: 0xFF, Wire: dom}
@@ -182,13 +182,13 @@ func cpuTime(b *testing.B) time.Duration {
 
 // benchPair returns two connected sides of dev for WRITEs of size bytes
 // at qd.
-func benchPair(b *testing.B, dev *hca.Device, qd, size int) (*side, *side) {
+func benchPair(b testing.TB, dev *hca.Device, qd, size int) (*side, *side) {
 	return benchPairQP(b, dev, qd, size, false)
 }
 
 // benchPairQP is benchPair with buffers of size bytes and, with
 // integrity, QPs that take signature work requests.
-func benchPairQP(b *testing.B, dev *hca.Device, qd, size int, integrity bool) (*side, *side) {
+func benchPairQP(b testing.TB, dev *hca.Device, qd, size int, integrity bool) (*side, *side) {
 	mk := func() *side {
 		ctx, err := verbs.Open(dev)
 		if err != nil {
