@@ -297,11 +297,13 @@ func (c *Context) complete(e cq.CQE, wc *WC, last *qpCache) bool {
 	if qpn := e.QPN(); last != nil && last.qp != nil && last.qpn == qpn {
 		qp = last.qp
 	} else {
+		if last != nil {
+			last.release() // no QP's send lock held while taking the context's
+		}
 		c.mu.Lock()
 		qp = c.qps[qpn]
 		c.mu.Unlock()
 		if last != nil {
-			last.release()
 			*last = qpCache{qpn: qpn, qp: qp}
 		}
 	}
