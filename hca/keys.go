@@ -19,7 +19,10 @@ func (qp *QP) resolveKey(c *klm.Cache, segs [][]byte, key klm.Key, addr, n uint6
 	t := qp.fn.mkeys
 	m := t.Lookup(key.Index())
 	if m == nil || !m.BSFEnabled || m.Free || m.Variant != key.Variant() || len(m.BSF) != psv.BSFSize {
-		r := klm.Request{Key: key, PD: qp.pd, Addr: addr, Len: n, Access: need}
+		// Built field by field in place: a literal is built in a temporary
+		// and copied, which stalls on the copy's wide loads.
+		var r klm.Request
+		r.Key, r.PD, r.Addr, r.Len, r.Access = key, qp.pd, addr, n, need
 		var err error
 		if c != nil {
 			segs, err = t.ResolveCached(c, m, segs, &r)
