@@ -1,6 +1,7 @@
 package t10dif
 
 import (
+	"encoding/binary"
 	"fmt"
 	"hash/crc32"
 	"hash/crc64"
@@ -686,8 +687,9 @@ func (s *Stream) tuples8(guards []uint16, dst, src []byte, inUnit, outUnit int) 
 				inMeta = src[j*inUnit+iv:][:8]
 			}
 			if check && !s.hasErr {
-				t := in.getTuple(inMeta)
-				if (t.guard^uint64(g))&p.chkG != 0 || (t.ref^in.expectedRef(s.inBlk))&p.chkR != 0 || (t.app^in.appTag)&p.chkA != 0 {
+				// A pi8 tuple in one load: guard 63:48, app tag 47:32, ref tag 31:0.
+				v := binary.BigEndian.Uint64(inMeta)
+				if (v>>48^uint64(g))&p.chkG != 0 || (v&0xFFFFFFFF^in.expectedRef(s.inBlk))&p.chkR != 0 || (uint16(v>>32)^in.appTag)&p.chkA != 0 {
 					s.checkTuple(s.inBlk, uint64(g), inMeta) // records it unless the tuple is escaped
 				}
 			}
@@ -705,16 +707,16 @@ func (s *Stream) tuples8(guards []uint16, dst, src []byte, inUnit, outUnit int) 
 			outMeta = dst[j*outUnit+iv:][:8]
 		}
 		if p.passMeta {
-			copy(outMeta, inMeta)
+			binary.NativeEndian.PutUint64(outMeta, binary.NativeEndian.Uint64(inMeta))
 		} else {
-			f := tupleFields{guard: uint64(g) & gMask, app: out.appTag, ref: out.expectedRef(s.outBlk)}
+			guard, app, ref := uint64(g)&gMask, out.appTag, out.expectedRef(s.outBlk)
 			if cpy {
-				t := in.getTuple(inMeta)
-				f.guard = f.guard&^p.cpyG | t.guard&p.cpyG
-				f.app = f.app&^p.cpyA | t.app&p.cpyA
-				f.ref = f.ref&^p.cpyR | t.ref&p.cpyR
+				v := binary.BigEndian.Uint64(inMeta)
+				guard = guard&^p.cpyG | v>>48&p.cpyG
+				app = app&^p.cpyA | uint16(v>>32)&p.cpyA
+				ref = ref&^p.cpyR | v&0xFFFFFFFF&p.cpyR
 			}
-			out.putTuple(outMeta, f)
+			binary.BigEndian.PutUint64(outMeta, uint64(uint16(guard))<<48|uint64(app)<<32|ref&0xFFFFFFFF)
 		}
 		s.outBlk++
 	}
