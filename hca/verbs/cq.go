@@ -281,8 +281,10 @@ func (c *qpCache) release() {
 	}
 }
 
-// complete turns a CQE into a work completion through its QP's
-// bookkeeping; last, if not nil, remembers the QP within one poll.
+// complete turns a CQE into the work completion wc through its QP's
+// bookkeeping and reports whether it gave one (a signature error CQE, or
+// a CQE of a QP the context no longer has, does not); last, if not nil,
+// remembers the QP within one poll.
 func (c *Context) complete(e cq.CQE, wc *WC, last *qpCache) bool {
 	op := e.Opcode()
 	if op == cq.OpSigErr {
