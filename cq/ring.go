@@ -98,8 +98,8 @@ func (r *Ring) PushN(fs []Fields, solicited bool) (int, error) {
 			break
 		}
 		f := &fs[i]
-		i := r.pi & (r.Size() - 1)
-		c := CQE(r.buf[i*CQESize : (i+1)*CQESize])
+		slot := r.pi & (r.Size() - 1)
+		c := CQE(r.buf[slot*CQESize : (slot+1)*CQESize])
 		last := c.Encode(f, uint8(r.pi>>r.logSize))
 		dma.StoreBytes(c[offWQECounter:], last)
 		r.pi = (r.pi + 1) & indexMask

@@ -29,11 +29,16 @@ func newCacheWorld(tb testing.TB) *cacheWorld {
 	w.mapNew(0x30000, 0x1000)
 	w.mapNew(0x40000, 0x1000)
 	// An MTT key over three pages, starting inside page 0; a second one
-	// sharing a page; a PA key (never cached).
+	// sharing a page; a PA key (never cached);
 	w.keys = append(w.keys,
 		w.create(mttMkey(cacheBase+0x800, 3<<12-0x900, 12, rw(0x10000), rw(0x11000), klm.MTTFields{Addr: 0x30000, Read: true})),
 		w.create(mttMkey(cacheBase, 2<<12, 12, rw(0x40000), rw(0x10000))),
 		w.create(paMkey(0x10000, 0x2000)))
+	// An indirect key over the first MTT key and the PA key (never cached:
+	// ResolveCached translates it as Resolve does).
+	w.keys = append(w.keys, w.create(klmMkey(cacheBase, 0x2000,
+		klm.KLMFields{ByteCount: 0x1000, Key: w.keys[0], VA: cacheBase + 0x800},
+		klm.KLMFields{ByteCount: 0x1000, Key: w.keys[2], VA: 0x10800})))
 	w.last = klm.Request{Key: w.keys[0], PD: testPD, Addr: cacheBase + 0x800, Len: 64, Access: klm.LocalRead}
 	return w
 }

@@ -75,7 +75,8 @@ func (r *Ring) Peek() (f CtrlFields, ok bool) {
 }
 
 // PeekInto is Peek decoding into f (which it leaves alone when nothing is
-// posted).
+// posted). It keeps how many WQEBBs are posted for Take. A slot past the
+// send counter is never read: the driver may be writing it.
 func (r *Ring) PeekInto(f *CtrlFields) bool {
 	r.avail = r.Producer() - r.ci // the atomic load first: it publishes the WQE bytes
 	if r.avail == 0 {
@@ -86,9 +87,9 @@ func (r *Ring) PeekInto(f *CtrlFields) bool {
 	return true
 }
 
-// Take consumes the WQE whose control fields the last Peek returned as f,
-// as Fetch does (the same checks, the same copy into scratch), without
-// reading the control segment again.
+// Take consumes the WQE whose control fields the last Peek returned as f:
+// Fetch's checks and copy into scratch, without reading the control
+// segment again.
 func (r *Ring) Take(scratch []byte, f *CtrlFields) ([]byte, error) {
 	nbb := WQEBBs(f.DS)
 	if f.DS == 0 || int(f.DS) > MaxDS || uint16(nbb) > r.avail || nbb > r.Size() {
@@ -113,12 +114,12 @@ func (r *Ring) Reset() { r.ci = 0 }
 // MaxWQEBBs*WQEBBSize bytes), reading segments modulo the ring so a WQE
 // may wrap at its end, advances the counter past it, and returns its
 // bytes (DS×16 of them) and control fields. A WQE whose DS is 0, larger
-// than MaxDS or than the posted WQEBBs is malformed: the counter is
-// advanced by one WQEBB so the queue can flush it.
+// than MaxDS or than the posted WQEBBs is malformed, and so is a fetch
+// with nothing posted: the counter is advanced by one WQEBB so the queue
+// can flush it.
 func (r *Ring) Fetch(scratch []byte) ([]byte, CtrlFields, error) {
-	r.avail = r.Producer() - r.ci // the atomic load first: it publishes the WQE bytes
-	off := int(r.ci&uint16(r.Size()-1)) * WQEBBSize
-	f := CtrlSeg(r.buf[off : off+CtrlSegSize]).Fields()
+	var f CtrlFields
+	r.PeekInto(&f) // nothing posted: f is zero, and Take refuses its DS of 0
 	w, err := r.Take(scratch, &f)
 	return w, f, err
 }

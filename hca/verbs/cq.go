@@ -283,50 +283,37 @@ func (c *qpCache) release() {
 
 // complete turns a CQE into the work completion wc through its QP's
 // bookkeeping and reports whether it gave one (a signature error CQE, or
-// a CQE of a QP the context no longer has, does not); last, if not nil,
-// remembers the QP within one poll.
+// a CQE of a QP the context no longer has, does not); last remembers the
+// QP, and holds its send lock, within one poll.
 func (c *Context) complete(e cq.CQE, wc *WC, last *qpCache) bool {
 	op := e.Opcode()
 	if op == cq.OpSigErr {
-		if last != nil {
-			last.release()
-		}
+		last.release()
 		f := e.Fields()
 		c.sigError(&f)
 		return false
 	}
-	var qp *QP
-	if qpn := e.QPN(); last != nil && last.qp != nil && last.qpn == qpn {
-		qp = last.qp
-	} else {
-		if last != nil {
-			last.release() // no QP's send lock held while taking the context's
-		}
+	if qpn := e.QPN(); last.qp == nil || last.qpn != qpn {
+		last.release() // no QP's send lock held while taking the context's
 		c.mu.Lock()
-		qp = c.qps[qpn]
+		qp := c.qps[qpn]
 		c.mu.Unlock()
-		if last != nil {
-			*last = qpCache{qpn: qpn, qp: qp}
-		}
+		*last = qpCache{qpn: qpn, qp: qp}
 	}
+	qp := last.qp
 	if qp == nil {
 		return false
 	}
 	switch op {
 	case cq.OpReq, cq.OpReqErr:
-		if last == nil {
-			qp.smu.Lock()
-			defer qp.smu.Unlock()
-		} else if !last.locked {
+		if !last.locked {
 			qp.smu.Lock()
 			last.locked = true
 		}
 		qp.sendDone(e, op, wc)
 		return true
 	case cq.OpRespSend, cq.OpRespSendImm, cq.OpRespSendInv, cq.OpRespWriteImm, cq.OpRespErr:
-		if last != nil {
-			last.release()
-		}
+		last.release()
 		qp.recvDone(e, op, wc)
 		return true
 	}
