@@ -553,6 +553,17 @@ type tupleFields struct {
 	ref   uint64
 }
 
+// A pi8 tuple read as one big-endian 64-bit word: guard in bits 63:48,
+// application tag 47:32, reference tag 31:0.
+func pi8Guard(v uint64) uint64 { return v >> 48 }
+func pi8App(v uint64) uint16   { return uint16(v >> 32) }
+func pi8Ref(v uint64) uint64   { return v & 0xFFFFFFFF }
+
+// pi8Word packs a pi8 tuple (each field cut to its width).
+func pi8Word(guard uint64, app uint16, ref uint64) uint64 {
+	return uint64(uint16(guard))<<48 | uint64(app)<<32 | ref&0xFFFFFFFF
+}
+
 func (s *side) getTuple(t []byte) tupleFields {
 	switch s.format {
 	case FormatCRC32:
@@ -561,11 +572,8 @@ func (s *side) getTuple(t []byte) tupleFields {
 		return tupleFields{guard: binary.BigEndian.Uint64(t)}
 	}
 	if s.format == FormatPI8 {
-		return tupleFields{
-			guard: uint64(binary.BigEndian.Uint16(t)),
-			app:   binary.BigEndian.Uint16(t[2:]),
-			ref:   uint64(binary.BigEndian.Uint32(t[4:])),
-		}
+		v := binary.BigEndian.Uint64(t)
+		return tupleFields{guard: pi8Guard(v), app: pi8App(v), ref: pi8Ref(v)}
 	}
 	return tupleFields{
 		guard: binary.BigEndian.Uint64(t),
@@ -584,9 +592,7 @@ func (s *side) putTuple(t []byte, f tupleFields) {
 		return
 	}
 	if s.format == FormatPI8 {
-		binary.BigEndian.PutUint16(t, uint16(f.guard))
-		binary.BigEndian.PutUint16(t[2:], f.app)
-		binary.BigEndian.PutUint32(t[4:], uint32(f.ref))
+		binary.BigEndian.PutUint64(t, pi8Word(f.guard, f.app, f.ref))
 		return
 	}
 	binary.BigEndian.PutUint64(t, f.guard)

@@ -687,9 +687,8 @@ func (s *Stream) tuples8(guards []uint16, dst, src []byte, inUnit, outUnit int) 
 				inMeta = src[j*inUnit+iv:][:8]
 			}
 			if check && !s.hasErr {
-				// A pi8 tuple in one load: guard 63:48, app tag 47:32, ref tag 31:0.
-				v := binary.BigEndian.Uint64(inMeta)
-				if (v>>48^uint64(g))&p.chkG != 0 || (v&0xFFFFFFFF^in.expectedRef(s.inBlk))&p.chkR != 0 || (uint16(v>>32)^in.appTag)&p.chkA != 0 {
+				v := binary.BigEndian.Uint64(inMeta) // the tuple in one load
+				if (pi8Guard(v)^uint64(g))&p.chkG != 0 || (pi8Ref(v)^in.expectedRef(s.inBlk))&p.chkR != 0 || (pi8App(v)^in.appTag)&p.chkA != 0 {
 					s.checkTuple(s.inBlk, uint64(g), inMeta) // records it unless the tuple is escaped
 				}
 			}
@@ -712,11 +711,11 @@ func (s *Stream) tuples8(guards []uint16, dst, src []byte, inUnit, outUnit int) 
 			guard, app, ref := uint64(g)&gMask, out.appTag, out.expectedRef(s.outBlk)
 			if cpy {
 				v := binary.BigEndian.Uint64(inMeta)
-				guard = guard&^p.cpyG | v>>48&p.cpyG
-				app = app&^p.cpyA | uint16(v>>32)&p.cpyA
-				ref = ref&^p.cpyR | v&0xFFFFFFFF&p.cpyR
+				guard = guard&^p.cpyG | pi8Guard(v)&p.cpyG
+				app = app&^p.cpyA | pi8App(v)&p.cpyA
+				ref = ref&^p.cpyR | pi8Ref(v)&p.cpyR
 			}
-			binary.BigEndian.PutUint64(outMeta, uint64(uint16(guard))<<48|uint64(app)<<32|ref&0xFFFFFFFF)
+			binary.BigEndian.PutUint64(outMeta, pi8Word(guard, app, ref))
 		}
 		s.outBlk++
 	}
