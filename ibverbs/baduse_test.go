@@ -1,9 +1,13 @@
 package ibverbs_test
 
 import (
+	"context"
+	"errors"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -82,5 +86,43 @@ func TestNVMeoFTargetExample(t *testing.T) {
 	out := frontendtest.Run(t, 60*time.Second, lib, frontendtest.Daemon(t), bin)
 	if strings.Contains(out, "FAIL") || !strings.Contains(out, "nvmeof_target: all checks passed") {
 		t.Fatalf("the example failed:\n%s", out)
+	}
+}
+
+// TestCallers: the entry points librdmacm, UCX and libfabric call before
+// the common verbs (sysfs, fork, GUID, ECE; c/test/callers.c) answer as
+// rdma-core 44 documents, bad arguments included; and the programs that
+// once died of SIGSEGV in ibv_get_sysfs_path (librdmacm's
+// rdma_create_event_channel) end by themselves, killed by no signal.
+func TestCallers(t *testing.T) {
+	lib := frontendtest.Lib(t)
+	bin := buildC(t, filepath.Join("c", "test", "callers.c"), "-libverbs")
+	sock := frontendtest.Daemon(t)
+	runChecks(t, lib, sock, bin, 14)
+	for _, c := range []struct {
+		prog, pkg string
+		args      []string
+	}{
+		{"fi_info", "libfabric-bin", []string{"-p", "verbs"}},
+		{"ucx_info", "ucx-utils", []string{"-d"}},
+		{"ib_write_bw", "perftest", []string{"-R", "-p", strconv.Itoa(frontendtest.FreePort(t))}},
+		{"rping", "rdmacm-utils", []string{"-c", "-a", "127.0.0.1", "-C", "1"}},
+	} {
+		frontendtest.Need(t, c.prog, c.pkg)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		p := frontendtest.Start(ctx, t, lib, sock, c.prog, c.args...)
+		err := p.Wait()
+		timedOut := ctx.Err() != nil
+		cancel()
+		if timedOut {
+			t.Errorf("%s %v did not end within 30 s:\n%s", c.prog, c.args, p.Output())
+			continue
+		}
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+				t.Errorf("%s %v killed by %v:\n%s", c.prog, c.args, ws.Signal(), p.Output())
+			}
+		}
 	}
 }

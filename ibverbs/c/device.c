@@ -365,15 +365,13 @@ HC_EXPORT ssize_t _ibv_query_gid_table(struct ibv_context *c, struct ibv_gid_ent
  * asks _ibv_query_gid_ex: enum ibv_gid_type_sysfs, 0 for IB / RoCE v1 (and
  * for an empty entry), 1 for RoCE v2; -1 with errno for a bad port or
  * index. */
-enum { HC_GID_TYPE_SYSFS_IB_ROCE_V1 = 0, HC_GID_TYPE_SYSFS_ROCE_V2 = 1 };
-
-HC_EXPORT int ibv_query_gid_type(struct ibv_context *c, uint8_t port, unsigned index, int *type)
+HC_EXPORT int ibv_query_gid_type(struct ibv_context *c, uint8_t port, unsigned index, enum ibv_gid_type_sysfs *type)
 {
-	if (port != 1 || index >= HC_GID_TBL_LEN) {
+	if (!c || !type || port != 1 || index >= HC_GID_TBL_LEN) {
 		errno = EINVAL;
 		return -1;
 	}
-	*type = index == 0 && hc_ctx(c)->caps.has_gid ? HC_GID_TYPE_SYSFS_ROCE_V2 : HC_GID_TYPE_SYSFS_IB_ROCE_V1;
+	*type = index == 0 && hc_ctx(c)->caps.has_gid ? IBV_GID_TYPE_SYSFS_ROCE_V2 : IBV_GID_TYPE_SYSFS_IB_ROCE_V1;
 	return 0;
 }
 
@@ -628,9 +626,15 @@ struct hc_qp *hc_find_qp_on(struct hc_context *ctx, uint32_t qpn, struct hc_cq *
 	return q;
 }
 
-/* sysfs: what ibv_devinfo reads of the device. */
+/* sysfs: what ibv_devinfo reads of the device; any other file is read
+ * from the real sysfs as rdma-core does (librdmacm asks for
+ * /sys/class/misc/rdma_cm/abi_version). -1 with errno on failure. */
 HC_EXPORT int ibv_read_sysfs_file(const char *dir, const char *file, char *buf, size_t size)
 {
+	if (!dir || !file || (!buf && size)) {
+		errno = EINVAL;
+		return -1;
+	}
 	if (strcmp(dir, HC_IBDEV_PATH) == 0) {
 		const char *v = NULL;
 		if (strcmp(file, "board_id") == 0)
@@ -643,15 +647,20 @@ HC_EXPORT int ibv_read_sysfs_file(const char *dir, const char *file, char *buf, 
 			errno = ENOENT;
 			return -1;
 		}
+		if (size == 0)
+			return 0;
 		int n = snprintf(buf, size, "%s", v);
 		return n < (int)size ? n : (int)size - 1;
 	}
 	char path[4096];
-	snprintf(path, sizeof path, "%s/%s", dir, file);
+	if (snprintf(path, sizeof path, "%s/%s", dir, file) >= (int)sizeof path) {
+		errno = ENAMETOOLONG;
+		return -1;
+	}
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
 		return -1;
-	ssize_t n = read(fd, buf, size);
+	ssize_t n = size ? read(fd, buf, size) : 0;
 	close(fd);
 	if (n < 0)
 		return -1;
@@ -662,10 +671,28 @@ HC_EXPORT int ibv_read_sysfs_file(const char *dir, const char *file, char *buf, 
 	return (int)n;
 }
 
-HC_EXPORT int ibv_get_sysfs_path(char *buf, size_t size)
+/* ibv_get_sysfs_path (IBVERBS_PRIVATE) returns the sysfs root, as
+ * rdma-core's: $SYSFS_PATH without its trailing slashes when the caller is
+ * not set-uid, else "/sys". librdmacm passes it to ibv_read_sysfs_file. */
+static char sysfs_path[256] = "/sys";
+static pthread_once_t sysfs_once = PTHREAD_ONCE_INIT;
+
+static void sysfs_path_init(void)
 {
-	snprintf(buf, size, "/sys");
-	return 0;
+	const char *env = getuid() == geteuid() ? getenv("SYSFS_PATH") : NULL;
+	if (!env || !*env || strlen(env) >= sizeof sysfs_path)
+		return;
+	size_t n = strlen(env);
+	while (n > 1 && env[n - 1] == '/')
+		n--;
+	memcpy(sysfs_path, env, n);
+	sysfs_path[n] = '\0';
+}
+
+HC_EXPORT const char *ibv_get_sysfs_path(void)
+{
+	pthread_once(&sysfs_once, sysfs_path_init);
+	return sysfs_path;
 }
 
 /* Strings. */

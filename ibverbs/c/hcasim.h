@@ -366,6 +366,18 @@ struct ibv_cq_ex *hc_create_cq_ex(struct ibv_context *c, struct ibv_cq_init_attr
 void hc_fill_unimplemented_ops(struct hc_context *ctx);
 uint64_t hc_guid(uint16_t lid);
 
+/* IBVERBS_PRIVATE symbols whose prototypes are in rdma-core 44's
+ * infiniband/driver.h, which Debian does not install: declared here exactly
+ * as there, so a definition that strays from them does not compile
+ * (-Werror=missing-prototypes makes every export need one). */
+enum ibv_gid_type_sysfs { IBV_GID_TYPE_SYSFS_IB_ROCE_V1, IBV_GID_TYPE_SYSFS_ROCE_V2 };
+const char *ibv_get_sysfs_path(void);
+int ibv_read_sysfs_file(const char *dir, const char *file, char *buf, size_t size);
+int ibv_query_gid_type(struct ibv_context *context, uint8_t port_num, unsigned int index,
+		       enum ibv_gid_type_sysfs *type);
+int ibv_dontfork_range(void *base, size_t size);
+int ibv_dofork_range(void *base, size_t size);
+
 void hcasim_unimplemented(const char *name, int *once);
 #define HC_UNIMPLEMENTED(name)                                                                                         \
 	do {                                                                                                           \

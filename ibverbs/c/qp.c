@@ -1165,3 +1165,21 @@ int hc_umr_modify(struct ibv_pd *cur_pd, uint32_t key, int change_access, uint8_
 	ibv_destroy_cq(cq);
 	return err;
 }
+
+/* ECE (enhanced connection establishment): the device has no ECE options,
+ * and answers as an rdma-core provider without ECE support does, with
+ * EOPNOTSUPP; librdmacm takes that as "none" and connects without. */
+HC_EXPORT int ibv_query_ece(struct ibv_qp *qp, struct ibv_ece *ece)
+{
+	(void)qp;
+	(void)ece;
+	return EOPNOTSUPP;
+}
+
+HC_EXPORT int ibv_set_ece(struct ibv_qp *qp, struct ibv_ece *ece)
+{
+	(void)qp;
+	(void)ece;
+	errno = EOPNOTSUPP;
+	return EOPNOTSUPP;
+}
