@@ -36,6 +36,7 @@ func (f *Func) Command(inb []byte) (out []byte) {
 		ifc.CmdDeallocPD: ifc.PDOff + 4, ifc.CmdCreateMkey: ifc.MkeyInXLT, ifc.CmdDestroyMkey: ifc.MkeyIdxOff + 4, ifc.CmdQueryMkey: ifc.MkeyIdxOff + 4,
 		ifc.CmdCreateCQ: ifc.CQInSize, ifc.CmdDestroyCQ: ifc.CQNOff + 4, ifc.CmdCreateQP: ifc.QPInSize, ifc.CmdDestroyQP: ifc.QPNOff + 4,
 		ifc.CmdQueryQP: ifc.QPNOff + 4, ifc.CmdCreatePSV: ifc.PSVInPDNum + 4, ifc.CmdDestroyPSV: ifc.PSVIdxOff + 4,
+		ifc.CmdCreateSRQ: ifc.SRQInSize, ifc.CmdDestroySRQ: ifc.SRQNOff + 4, ifc.CmdQuerySRQ: ifc.SRQNOff + 4, ifc.CmdArmRQ: ifc.SRQArmSize,
 	}
 	op := in.Opcode()
 	if isModify(op) {
@@ -78,6 +79,14 @@ func (f *Func) Command(inb []byte) (out []byte) {
 		return f.createPSV(in)
 	case ifc.CmdDestroyPSV:
 		return f.destroyPSV(in.U32(ifc.PSVIdxOff) & 0xFFFFFF)
+	case ifc.CmdCreateSRQ:
+		return f.createSRQ(in)
+	case ifc.CmdDestroySRQ:
+		return f.destroySRQ(in.U32(ifc.SRQNOff) & 0xFFFFFF)
+	case ifc.CmdQuerySRQ:
+		return f.querySRQ(in.U32(ifc.SRQNOff) & 0xFFFFFF)
+	case ifc.CmdArmRQ:
+		return f.armSRQ(in)
 	}
 	if isModify(op) {
 		return f.modifyQP(op, in)

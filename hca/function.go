@@ -25,6 +25,8 @@ type Func struct {
 	cqs      map[uint32]*CQ
 	nextCQN  uint32
 	qps      map[uint32]*QP
+	srqs     map[uint32]*SRQ
+	nextSRQN uint32
 	psvs     map[uint32]*PSV // changed with mu and psvMu held; psv reads it with psvMu
 	psvMu    sync.RWMutex
 	nextPSV  uint32
@@ -55,6 +57,8 @@ func newFunc(d *Device) *Func {
 		cqs:      map[uint32]*CQ{},
 		nextCQN:  1,
 		qps:      map[uint32]*QP{},
+		srqs:     map[uint32]*SRQ{},
+		nextSRQN: 1,
 		psvs:     map[uint32]*PSV{},
 		nextPSV:  1,
 		dmaNext:  1 << 32,

@@ -47,6 +47,7 @@ type QP struct {
 	qpn       uint32
 	pd        uint32
 	scq, rcq  *CQ
+	srq       *SRQ // the SRQ the responder takes receives from, or nil
 	integrity bool
 	drainSig  bool // QPFlagDrainSigErr
 	// sigErr is set when an access of this QP's WQEs through a signature
@@ -155,9 +156,13 @@ func (f *Func) createQP(in ifc.In) ifc.Out {
 	if err != nil {
 		return failOut(ifc.StatusBadParam, 0, "send queue: %v", err)
 	}
-	rqBuf, err := f.contiguous(in.U64(ifc.QPInRQ), 1<<(logRQ+logStride))
-	if err != nil {
-		return failOut(ifc.StatusBadParam, 0, "receive queue: %v", err)
+	srqn := in.U32(ifc.QPInSRQN) & 0xFFFFFF
+	var rqBuf []byte
+	if srqn == 0 { // a QP on an SRQ has no receive queue of its own
+		var err error
+		if rqBuf, err = f.contiguous(in.U64(ifc.QPInRQ), 1<<(logRQ+logStride)); err != nil {
+			return failOut(ifc.StatusBadParam, 0, "receive queue: %v", err)
+		}
 	}
 	flags := in.U32(ifc.QPInFlags)
 	dbSize := sq.DBRecSize
@@ -180,11 +185,14 @@ func (f *Func) createQP(in ifc.In) ifc.Out {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	scq, rcq := f.cqs[scqn], f.cqs[rcqn]
+	srq := f.srqs[srqn]
 	switch {
 	case uint32(len(f.qps)) >= c.MaxQP:
 		return failOut(ifc.StatusExceedLim, 0, "%d QPs", len(f.qps))
 	case scq == nil || rcq == nil:
 		return failOut(ifc.StatusBadResource, 0, "no CQ %#x or %#x", scqn, rcqn)
+	case srqn != 0 && srq == nil:
+		return failOut(ifc.StatusBadResource, srqn, "no SRQ %#x", srqn)
 	case !f.charge(qpCost):
 		return failOut(ifc.StatusExceedLim, 0, "device memory budget: no room for a QP")
 	case !f.pdRef(pd, 1):
@@ -192,7 +200,7 @@ func (f *Func) createQP(in ifc.In) ifc.Out {
 		return failOut(ifc.StatusBadResource, pd, "no PD %#x", pd)
 	}
 	qp := &QP{
-		fn: f, dev: f.dev, pd: pd, scq: scq, rcq: rcq, integrity: flags&ifc.QPFlagIntegr != 0, drainSig: flags&ifc.QPFlagDrainSigErr != 0,
+		fn: f, dev: f.dev, pd: pd, scq: scq, rcq: rcq, srq: srq, integrity: flags&ifc.QPFlagIntegr != 0, drainSig: flags&ifc.QPFlagDrainSigErr != 0,
 		sqr: sqr, rqBuf: rqBuf, rqDB: db[sq.DBRecRecv : sq.DBRecRecv+4], rqLog: logRQ, rqStride: logStride,
 		bell: make(chan struct{}, 1), rbell: make(chan struct{}, 1),
 		acks: newMbox[response](inboxSize), inbox: newMbox[*request](inboxSize), stop: make(chan struct{}),
@@ -213,6 +221,9 @@ func (f *Func) createQP(in ifc.In) ifc.Out {
 	qp.qpn = n
 	scq.qps++
 	rcq.qps++
+	if srq != nil {
+		srq.qps++
+	}
 	f.qps[n] = qp
 	qp.engines.Go(func() error { qp.requester(); return nil })
 	qp.engines.Go(func() error { qp.responder(); return nil })
@@ -250,6 +261,9 @@ func (qp *QP) destroy() {
 	delete(f.qps, qp.qpn)
 	qp.scq.qps--
 	qp.rcq.qps--
+	if qp.srq != nil {
+		qp.srq.qps--
+	}
 	f.pdRef(qp.pd, -1)
 	f.uncharge(qpCost)
 	f.mu.Unlock()

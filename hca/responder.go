@@ -18,6 +18,14 @@ type respState struct {
 	expected uint32 // the first PSN of the next message to execute
 	msn      uint32 // messages completed (the wire's MSN)
 	rqCI     uint16 // receive WQEs consumed
+	// srqHeld: srqIdx is an SRQ WQE taken for the message being served
+	// and not yet completed (a WRITE with immediate takes it before its
+	// data moves); srqList is its scatter list.
+	srqHeld bool
+	srqIdx  uint16
+	srqList []sq.DataFields
+	// lastWQE: the SRQ_LAST_WQE event of this QP's move to ERR is out.
+	lastWQE bool
 	reqs     []*request
 	answers  []response // answers to the requester of ansTo, sent per batch
 	segs     [][]byte   // scratch for the local side of a request's data
@@ -224,7 +232,17 @@ func (qp *QP) sendAnswers(s *respState) {
 
 // resetResp forgets the responder's state after a move to RESET.
 func (qp *QP) resetResp(s *respState, gen uint64) {
-	*s = respState{gen: gen, reqs: s.reqs, answers: s.answers[:0], asm: assembly{data: s.asm.data[:0]}}
+	qp.flushHeld(s)
+	*s = respState{gen: gen, reqs: s.reqs, answers: s.answers[:0], asm: assembly{data: s.asm.data[:0]}, srqList: s.srqList[:0]}
+}
+
+// flushHeld completes an SRQ WQE taken and not used with a flush error:
+// every WQE the driver posted gets its completion.
+func (qp *QP) flushHeld(s *respState) {
+	if s.srqHeld {
+		s.srqHeld = false
+		qp.recvCQE(&cq.Fields{Opcode: cq.OpRespErr, WQECounter: s.srqIdx, Syndrome: cq.SyndromeWRFlush}, true)
+	}
 }
 
 // respStep resets after RESET and flushes the receive queue in ERR.
@@ -232,6 +250,14 @@ func (qp *QP) respStep(s *respState) {
 	st, _, gen := qp.snapshot()
 	if gen != s.gen {
 		qp.resetResp(s, gen)
+	}
+	if st == ifc.StateERR && qp.srq != nil {
+		qp.flushHeld(s)
+		if !s.lastWQE {
+			s.lastWQE = true
+			qp.fn.event(ifc.EventLastWQE, qp.qpn)
+		}
+		return
 	}
 	if st == ifc.StateERR {
 		for qp.rqHead() != s.rqCI {
@@ -247,10 +273,22 @@ func (qp *QP) respStep(s *respState) {
 // rqHead returns the driver's receive counter from the doorbell record.
 func (qp *QP) rqHead() uint16 { return uint16(dma.LoadBE32(qp.rqDB)) }
 
-// recvWQE returns the scatter list of the next receive WQE, if one is posted.
-func (qp *QP) recvWQE(s *respState) ([]sq.DataFields, bool) {
+// recvWQE returns the scatter list and index of the next receive WQE, if
+// one is posted: the receive queue's, or one taken from the SRQ (and held
+// until consumeRecv). The caller completes it, then calls consumeRecv.
+func (qp *QP) recvWQE(s *respState) ([]sq.DataFields, uint16, bool) {
+	if qp.srq != nil {
+		if !s.srqHeld {
+			var ok bool
+			if s.srqList, s.srqIdx, ok = qp.srq.take(s.srqList[:0]); !ok {
+				return nil, 0, false
+			}
+			s.srqHeld = true
+		}
+		return s.srqList, s.srqIdx, true
+	}
 	if qp.rqHead() == s.rqCI {
-		return nil, false
+		return nil, 0, false
 	}
 	stride := 1 << qp.rqStride
 	i := int(s.rqCI) & (1<<qp.rqLog - 1)
@@ -264,7 +302,26 @@ func (qp *QP) recvWQE(s *respState) ([]sq.DataFields, bool) {
 		out = append(out, d)
 		w = w[sq.DataSegSize:]
 	}
-	return out, true
+	return out, s.rqCI, true
+}
+
+// consumeRecv retires the receive WQE recvWQE returned.
+func (qp *QP) consumeRecv(s *respState) {
+	if qp.srq != nil {
+		s.srqHeld = false
+		return
+	}
+	s.rqCI++
+}
+
+// recvCQE writes a receive completion of this QP (naming its SRQ, if it
+// has one).
+func (qp *QP) recvCQE(f *cq.Fields, solicited bool) {
+	f.QPN = qp.qpn
+	if qp.srq != nil {
+		f.SRQN = qp.srq.srqn
+	}
+	qp.rcqe(f, solicited)
 }
 
 // serve executes one request message in PSN order.
@@ -404,11 +461,10 @@ func (qp *QP) scatter(list []sq.DataFields, n uint64) ([][]byte, *sigAccess, cq.
 }
 
 func (qp *QP) serveSend(s *respState, r *request) respKind {
-	list, ok := qp.recvWQE(s)
+	list, idx, ok := qp.recvWQE(s)
 	if !ok {
 		return respRNR
 	}
-	idx := s.rqCI
 	dst, dsig, synd := qp.scatter(list, r.length)
 	op := cq.OpRespSend
 	switch r.op {
@@ -421,24 +477,24 @@ func (qp *QP) serveSend(s *respState, r *request) respKind {
 		}
 	}
 	if synd != 0 {
-		s.rqCI++
-		qp.rcqe(&cq.Fields{Opcode: cq.OpRespErr, QPN: qp.qpn, WQECounter: idx, Syndrome: synd}, true)
+		qp.consumeRecv(s)
+		qp.recvCQE(&cq.Fields{Opcode: cq.OpRespErr, WQECounter: idx, Syndrome: synd}, true)
 		if synd == cq.SyndromeLocalLength {
 			return respInvalid
 		}
 		return respRemoteOp
 	}
 	if err := qp.moveData(r, dst, dsig, r.src, r.srcSig); err != nil {
-		s.rqCI++
-		qp.rcqe(&cq.Fields{Opcode: cq.OpRespErr, QPN: qp.qpn, WQECounter: idx, Syndrome: cq.SyndromeLocalProt}, true)
+		qp.consumeRecv(s)
+		qp.recvCQE(&cq.Fields{Opcode: cq.OpRespErr, WQECounter: idx, Syndrome: cq.SyndromeLocalProt}, true)
 		return respRemoteOp
 	}
-	s.rqCI++
-	f := cq.Fields{Opcode: op, QPN: qp.qpn, WQECounter: idx, ByteCount: uint32(r.length)}
+	qp.consumeRecv(s)
+	f := cq.Fields{Opcode: op, WQECounter: idx, ByteCount: uint32(r.length)}
 	if op != cq.OpRespSend {
 		f.Immediate = r.imm
 	}
-	qp.rcqe(&f, r.solicited)
+	qp.recvCQE(&f, r.solicited)
 	return respACK
 }
 
@@ -460,10 +516,10 @@ func (qp *QP) serveWrite(s *respState, r *request, a *qpAttr) respKind {
 	if a.access&ifc.QPAccessWrite == 0 {
 		return respAccess
 	}
-	var list []sq.DataFields
+	var idx uint16
 	if r.op == sq.OpRDMAWriteImm {
 		var ok bool
-		if list, ok = qp.recvWQE(s); !ok {
+		if _, idx, ok = qp.recvWQE(s); !ok {
 			return respRNR
 		}
 	}
@@ -484,10 +540,8 @@ func (qp *QP) serveWrite(s *respState, r *request, a *qpAttr) respKind {
 		}
 	}
 	if r.op == sq.OpRDMAWriteImm {
-		_ = list
-		idx := s.rqCI
-		s.rqCI++
-		qp.rcqe(&cq.Fields{Opcode: cq.OpRespWriteImm, QPN: qp.qpn, WQECounter: idx, ByteCount: uint32(r.length), Immediate: r.imm}, r.solicited)
+		qp.consumeRecv(s)
+		qp.recvCQE(&cq.Fields{Opcode: cq.OpRespWriteImm, WQECounter: idx, ByteCount: uint32(r.length), Immediate: r.imm}, r.solicited)
 	}
 	return respACK
 }

@@ -154,6 +154,7 @@ var groups = []group{
 	{"Integrity", integrityRecipeScenarios},
 	{"IntegrityErrors", integrityErrorScenarios},
 	{"Isolation", isolationScenarios},
+	{"SRQ", srqScenarios},
 }
 
 type suite struct {
@@ -277,6 +278,7 @@ type epOpts struct {
 	scq, rcq  *verbs.CQ
 	sigAll    bool
 	integrity bool
+	srq       *verbs.SRQ
 }
 
 var defaultCap = verbs.QPCap{MaxSendWR: 64, MaxRecvWR: 64, MaxSendSGE: 4, MaxRecvSGE: 4, MaxInline: 256}
@@ -304,7 +306,7 @@ func (n *node) ep(o *epOpts) *ep {
 	if e.rcq == nil {
 		e.rcq = n.cq(opt.cqDepth, nil)
 	}
-	qp, err := opt.pd.CreateQP(&verbs.QPInitAttr{SendCQ: e.scq, RecvCQ: e.rcq, Cap: opt.cap, SigAll: opt.sigAll, Integrity: opt.integrity})
+	qp, err := opt.pd.CreateQP(&verbs.QPInitAttr{SendCQ: e.scq, RecvCQ: e.rcq, Cap: opt.cap, SigAll: opt.sigAll, Integrity: opt.integrity, SRQ: opt.srq})
 	if err != nil {
 		n.t.Fatalf("create qp %+v: %v", opt.cap, err)
 	}

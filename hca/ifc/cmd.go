@@ -28,6 +28,10 @@ const (
 	CmdINIT2INIT   = 0x50E
 	CmdCreatePSV   = 0x600
 	CmdDestroyPSV  = 0x601
+	CmdCreateSRQ   = 0x700
+	CmdDestroySRQ  = 0x701
+	CmdQuerySRQ    = 0x702
+	CmdArmRQ       = 0x703 // arms an SRQ's limit (mlx5's ARM_RQ with op_mod SRQ)
 	CmdAllocPD     = 0x800
 	CmdDeallocPD   = 0x801
 	// CmdQueryPortCounters reads the port's counters (PortCounters, in

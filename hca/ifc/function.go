@@ -12,6 +12,8 @@ const (
 	EventQPFatal    EventType = 0x05 // local work queue catastrophic error
 	EventSQDrained  EventType = 0x03 // a QP in SQD has no outstanding send WQEs
 	EventCQError    EventType = 0x04 // CQ overflow
+	EventLastWQE    EventType = 0x13 // a QP attached to an SRQ went to ERR: it takes no more of the SRQ's WQEs
+	EventSRQLimit   EventType = 0x14 // an SRQ's WQEs fell below its armed limit (Obj is the SRQN)
 )
 
 func (t EventType) String() string {
@@ -24,12 +26,17 @@ func (t EventType) String() string {
 		return "SQ_DRAINED"
 	case EventCQError:
 		return "CQ_ERROR"
+	case EventLastWQE:
+		return "SRQ_LAST_WQE"
+	case EventSRQLimit:
+		return "SRQ_RQ_LIMIT"
 	}
 	return fmt.Sprintf("EventType(%#x)", uint8(t))
 }
 
 // Event is one event queue entry: what happened, and to which object (a
-// CQN for completion and CQ events, a QPN for QP events).
+// CQN for completion and CQ events, a QPN for QP events, an SRQN for SRQ
+// events).
 type Event struct {
 	Type EventType
 	Obj  uint32

@@ -59,6 +59,7 @@ const (
 	QPInLogSQ     = 24 // one byte each: log WQEBBs, log RQ WQEs, log RQ stride
 	QPInLogRQ     = 25
 	QPInLogStride = 26
+	QPInSRQN      = 28 // the SRQ the QP takes its receives from (0: its own receive queue)
 	QPInSQ        = 32
 	QPInRQ        = 40
 	QPInDBRec     = 48
@@ -100,6 +101,29 @@ const (
 	QPAccessRead    = 1
 	QPAccessWrite   = 2
 	QPAccessAtomic  = 4
+
+	// CREATE_SRQ input (output: the SRQN at 8): PD at 8, one byte each of
+	// log WQEs and log WQE stride at 16 and 17, the armed limit at 20, the
+	// ring at 24, the doorbell record (the posted counter) at 32.
+	// DESTROY_SRQ, QUERY_SRQ and ARM_RQ input: the SRQN at 8; ARM_RQ's
+	// limit at 12. QUERY_SRQ output: the limit at 8, the WQEs taken at 12,
+	// the PD at 16, log WQEs and log stride at 20 and 21.
+	SRQInPD         = 8
+	SRQInLogSize    = 16
+	SRQInLogStride  = 17
+	SRQInLimit      = 20
+	SRQInRing       = 24
+	SRQInDBRec      = 32
+	SRQInSize       = 40
+	SRQNOff         = 8
+	SRQArmLimit     = 12
+	SRQArmSize      = 16
+	SRQOutLimit     = 8
+	SRQOutTaken     = 12
+	SRQOutPD        = 16
+	SRQOutLogSize   = 20
+	SRQOutLogStride = 21
+	SRQOutSize      = 24
 
 	// CREATE_PSV input: num_psv[31:28] | pd[23:0] at 8; output: the PSV
 	// indices at 8, 12, 16, 20. DESTROY_PSV input: the index at 8.

@@ -45,6 +45,10 @@ type QPCap struct {
 type QPInitAttr struct {
 	SendCQ, RecvCQ *CQ
 	Cap            QPCap
+	// SRQ, if not nil, is where the QP takes its receives from; it has no
+	// receive queue of its own (Cap.MaxRecvWR and MaxRecvSGE are ignored)
+	// and PostRecv on it fails with ErrRingFull, as on mlx5.
+	SRQ *SRQ
 	// SigAll signals every send WR, whatever its flags.
 	SigAll bool
 	// Integrity enables signature (integrity) work requests on the QP.
@@ -185,6 +189,7 @@ type QP struct {
 	scq    *CQ
 	rcq    *CQ
 	cap    QPCap
+	srq    *SRQ
 	sigAll bool
 	integ  bool
 	psn    uint32
@@ -240,6 +245,9 @@ func pow2(n int) uint8 {
 func (pd *PD) CreateQP(a *QPInitAttr) (*QP, error) {
 	c := pd.ctx
 	cp := a.Cap
+	if a.SRQ != nil {
+		cp.MaxRecvWR, cp.MaxRecvSGE = 1, 1
+	}
 	if a.SendCQ == nil || a.RecvCQ == nil || cp.MaxSendWR <= 0 || cp.MaxRecvWR <= 0 ||
 		cp.MaxSendSGE < 0 || cp.MaxRecvSGE <= 0 || cp.MaxSendSGE > int(c.caps.MaxSGE) || cp.MaxRecvSGE > int(c.caps.MaxSGE) ||
 		cp.MaxInline < 0 || cp.MaxInline > int(c.caps.MaxInline) {
@@ -255,7 +263,7 @@ func (pd *PD) CreateQP(a *QPInitAttr) (*QP, error) {
 	if bb > sq.MaxWQEBBs {
 		return nil, fmt.Errorf("create qp: WQEs of %d WQEBBs: %w", bb, ErrInvalid)
 	}
-	qp := &QP{ctx: c, pd: pd, scq: a.SendCQ, rcq: a.RecvCQ, cap: cp, sigAll: a.SigAll, integ: a.Integrity}
+	qp := &QP{ctx: c, pd: pd, scq: a.SendCQ, rcq: a.RecvCQ, cap: cp, srq: a.SRQ, sigAll: a.SigAll, integ: a.Integrity}
 	qp.sqLog = pow2(cp.MaxSendWR * bb)
 	qp.rqLog = pow2(cp.MaxRecvWR)
 	qp.rqShift = max(pow2(cp.MaxRecvSGE*sq.DataSegSize), 4)
@@ -287,6 +295,9 @@ func (pd *PD) CreateQP(a *QPInitAttr) (*QP, error) {
 		flags |= ifc.QPFlagDrainSigErr
 	}
 	in.Put32(ifc.QPInFlags, flags)
+	if a.SRQ != nil {
+		in.Put32(ifc.QPInSRQN, a.SRQ.srqn)
+	}
 	in.Put8(ifc.QPInLogSQ, qp.sqLog).Put8(ifc.QPInLogRQ, qp.rqLog).Put8(ifc.QPInLogStride, qp.rqShift)
 	in.Put64(ifc.QPInSQ, qp.sqIO).Put64(ifc.QPInRQ, qp.rqIO).Put64(ifc.QPInDBRec, qp.dbIO)
 	out, err := c.cmd(in)
@@ -477,6 +488,8 @@ func (qp *QP) PostRecv(wrs []RecvWR) (int, error) {
 	var err error
 	if st == StateReset {
 		err = fmt.Errorf("post recv in RESET: %w", ErrQPState)
+	} else if qp.srq != nil {
+		err = fmt.Errorf("post recv to a QP on SRQ %#x: %w", qp.srq.srqn, ErrRingFull)
 	}
 	for i := range wrs {
 		if err != nil {
@@ -673,11 +686,16 @@ func (qp *QP) sendDone(e cq.CQE, op cq.Opcode, wc *WC) {
 
 // recvDone turns a receive CQE (of opcode op) into the work completion wc.
 func (qp *QP) recvDone(e cq.CQE, op cq.Opcode, wc *WC) {
-	qp.rmu.Lock()
-	defer qp.rmu.Unlock()
 	counter := e.WQECounter()
-	slot := counter & (1<<qp.rqLog - 1)
-	*wc = WC{WRID: qp.rwrid[slot], QPN: qp.qpn, Opcode: WCRecv}
+	if qp.srq != nil {
+		*wc = WC{WRID: qp.srq.done(counter), QPN: qp.qpn, Opcode: WCRecv}
+	} else {
+		qp.rmu.Lock()
+		defer qp.rmu.Unlock()
+		slot := counter & (1<<qp.rqLog - 1)
+		*wc = WC{WRID: qp.rwrid[slot], QPN: qp.qpn, Opcode: WCRecv}
+		qp.rqTail = counter + 1
+	}
 	if op != cq.OpRespErr {
 		wc.ByteLen = e.ByteCount()
 	}
@@ -691,7 +709,6 @@ func (qp *QP) recvDone(e cq.CQE, op cq.Opcode, wc *WC) {
 	case cq.OpRespWriteImm:
 		wc.Imm, wc.WithImm, wc.Opcode = e.Immediate(), true, WCRecvRDMAWithImm
 	}
-	qp.rqTail = counter + 1
 }
 
 // PostRawWQE copies a WQE the caller built (control segment and all, as
