@@ -126,3 +126,12 @@ func TestCallers(t *testing.T) {
 		}
 	}
 }
+
+// TestSRQVerbs: the SRQ verbs answer as mlx5 does (c/test/srq.c): sizes,
+// errno of bad arguments and a full SRQ, the limit event, a QP on an SRQ,
+// last WQE reached.
+func TestSRQVerbs(t *testing.T) {
+	lib := frontendtest.Lib(t)
+	bin := buildC(t, filepath.Join("c", "test", "srq.c"), "-libverbs")
+	runChecks(t, lib, frontendtest.Daemon(t), bin, 23)
+}

@@ -110,6 +110,25 @@ func TestRCPingpong(t *testing.T) {
 	}
 }
 
+// TestSRQPingpong: ibv_srq_pingpong's QPs (4 and 16 per side) take their
+// receives from one SRQ per side, the data verified by the program (-c).
+func TestSRQPingpong(t *testing.T) {
+	lib := frontendtest.Lib(t)
+	pp := frontendtest.Need(t, "ibv_srq_pingpong", "ibverbs-utils")
+	sock := frontendtest.Daemon(t)
+	for _, opts := range [][]string{{"-q", "4"}, {"-q", "16", "-c", "-s", "8192"}, {"-q", "4", "-e"}} {
+		t.Run(strings.Join(opts, " "), func(t *testing.T) {
+			args := append([]string{pp, "-d", "hcasim0", "-n", "200"}, opts...)
+			so, co := frontendtest.Pair(t, 60*time.Second, lib, sock, args, args)
+			for _, o := range []string{so, co} {
+				if !strings.Contains(o, "200 iters in") {
+					t.Errorf("no iteration report:\n%s", o)
+				}
+			}
+		})
+	}
+}
+
 func TestPerftest(t *testing.T) {
 	lib := frontendtest.Lib(t)
 	sock := frontendtest.Daemon(t)

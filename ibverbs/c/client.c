@@ -129,6 +129,7 @@ static void dispatch_events(struct hc_context *ctx, const uint8_t *p, size_t len
 		pthread_mutex_lock(&ctx->obj_mu);
 		switch (type) {
 		case HC_EV_SQ_DRAINED:
+		case HC_EV_LAST_WQE:
 		case HC_EV_QP_FATAL: {
 			struct hc_qp *qp = obj < ctx->nqps ? ctx->qps[obj] : NULL;
 			if (!qp)
@@ -136,7 +137,18 @@ static void dispatch_events(struct hc_context *ctx, const uint8_t *p, size_t len
 			if (type == HC_EV_QP_FATAL)
 				hc_qp_saw_error(qp);
 			ev.element.qp = &qp->qpx.qp_base;
-			ev.event_type = type == HC_EV_SQ_DRAINED ? IBV_EVENT_SQ_DRAINED : IBV_EVENT_QP_FATAL;
+			ev.event_type = type == HC_EV_SQ_DRAINED ? IBV_EVENT_SQ_DRAINED
+					: type == HC_EV_LAST_WQE ? IBV_EVENT_QP_LAST_WQE_REACHED
+								 : IBV_EVENT_QP_FATAL;
+			hc_push_async(ctx, &ev);
+			break;
+		}
+		case HC_EV_SRQ_LIMIT: {
+			struct hc_srq *s = obj < ctx->nsrqs ? ctx->srqs[obj] : NULL;
+			if (!s)
+				break;
+			ev.element.srq = &s->srq;
+			ev.event_type = IBV_EVENT_SRQ_LIMIT_REACHED;
 			hc_push_async(ctx, &ev);
 			break;
 		}
@@ -431,9 +443,12 @@ void hc_purge_async(struct hc_context *ctx, void *obj)
 	struct hc_async **p = &ctx->async_head, *last = NULL;
 	while (*p) {
 		struct hc_async *a = *p;
-		int qp_ev = a->ev.event_type == IBV_EVENT_QP_FATAL || a->ev.event_type == IBV_EVENT_SQ_DRAINED;
+		int qp_ev = a->ev.event_type == IBV_EVENT_QP_FATAL || a->ev.event_type == IBV_EVENT_SQ_DRAINED ||
+			    a->ev.event_type == IBV_EVENT_QP_LAST_WQE_REACHED;
 		int cq_ev = a->ev.event_type == IBV_EVENT_CQ_ERR;
-		if ((qp_ev && (void *)a->ev.element.qp == obj) || (cq_ev && (void *)a->ev.element.cq == obj)) {
+		int srq_ev = a->ev.event_type == IBV_EVENT_SRQ_LIMIT_REACHED;
+		if ((qp_ev && (void *)a->ev.element.qp == obj) || (cq_ev && (void *)a->ev.element.cq == obj) ||
+		    (srq_ev && (void *)a->ev.element.srq == obj)) {
 			*p = a->next;
 			hc_zfree(a);
 			continue;

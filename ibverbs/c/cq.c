@@ -360,7 +360,7 @@ HC_EXPORT int ibv_resize_cq(struct ibv_cq *cq, int cqe)
  * the QP is reset or destroyed: the CQEs still unpolled are walked back
  * from the newest, the others moved up over the removed ones (keeping
  * each slot's owner bit), and the consumer index advanced past the gap. */
-void hc_cq_clean(struct hc_cq *cq, uint32_t qpn)
+void hc_cq_clean(struct hc_cq *cq, uint32_t qpn, struct hc_srq *srq)
 {
 	pthread_mutex_lock(&cq->lock);
 	uint32_t size = 1u << cq->log, prod = cq->ci;
@@ -375,6 +375,9 @@ void hc_cq_clean(struct hc_cq *cq, uint32_t qpn)
 	for (uint32_t i = prod; i-- != cq->ci;) {
 		uint8_t *e = cq->ring + (size_t)(i & (size - 1)) * CQE_SIZE;
 		if ((hc_get32(e + 56) & 0xFFFFFF) == qpn) {
+			int op = e[63] >> 4;
+			if (srq && op >= HC_CQE_RESP_WR_IMM && (op <= HC_CQE_RESP_SEND_INV || op == HC_CQE_RESP_ERR))
+				hc_srq_free(srq, hc_get16(e + 60)); /* its SRQ WQE back on the free list, as mlx5 */
 			freed++;
 		} else if (freed) {
 			uint8_t *d = cq->ring + (size_t)((i + freed) & (size - 1)) * CQE_SIZE;

@@ -215,6 +215,7 @@ HC_EXPORT int ibv_close_device(struct ibv_context *c)
 	}
 	hc_zfree(ctx->cqs);
 	hc_zfree(ctx->qps);
+	hc_zfree(ctx->srqs);
 	hc_zfree(ctx->mkeys);
 	hc_zfree(ctx);
 	return 0;
@@ -235,6 +236,9 @@ HC_EXPORT int ibv_query_device(struct ibv_context *c, struct ibv_device_attr *a)
 	a->hw_ver = 0;
 	a->max_qp = (int)k->max_qp;
 	a->max_qp_wr = 1 << k->log_max_sq;
+	a->max_srq = (int)k->max_qp;
+	a->max_srq_wr = (1 << k->log_max_rq) - 1;
+	a->max_srq_sge = k->max_sge;
 	a->device_cap_flags = IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_PORT_ACTIVE_EVENT | IBV_DEVICE_SYS_IMAGE_GUID |
 			      IBV_DEVICE_CHANGE_PHY_PORT;
 	a->max_sge = k->max_sge;
@@ -525,6 +529,7 @@ static void async_count(const struct ibv_async_event *ev, int ack)
 {
 	switch (ev->event_type) {
 	case IBV_EVENT_QP_FATAL:
+	case IBV_EVENT_QP_LAST_WQE_REACHED:
 	case IBV_EVENT_SQ_DRAINED: {
 		struct ibv_qp *q = ev->element.qp;
 		pthread_mutex_lock(&q->mutex);
@@ -532,6 +537,17 @@ static void async_count(const struct ibv_async_event *ev, int ack)
 			q->events_completed++;
 		else
 			hc_qp(q)->async_reported++;
+		pthread_cond_signal(&q->cond);
+		pthread_mutex_unlock(&q->mutex);
+		break;
+	}
+	case IBV_EVENT_SRQ_LIMIT_REACHED: {
+		struct ibv_srq *q = ev->element.srq;
+		pthread_mutex_lock(&q->mutex);
+		if (ack)
+			q->events_completed++;
+		else
+			hc_srq(q)->async_reported++;
 		pthread_cond_signal(&q->cond);
 		pthread_mutex_unlock(&q->mutex);
 		break;
@@ -587,8 +603,11 @@ HC_EXPORT void ibv_ack_async_event(struct ibv_async_event *ev) { async_count(ev,
 int hc_table_put(struct hc_context *ctx, int kind, uint32_t num, void *obj)
 {
 	pthread_mutex_lock(&ctx->obj_mu);
-	void ***tab = kind == HC_TAB_QP ? (void ***)&ctx->qps : kind == HC_TAB_CQ ? (void ***)&ctx->cqs : (void ***)&ctx->mkeys;
-	size_t *n = kind == HC_TAB_QP ? &ctx->nqps : kind == HC_TAB_CQ ? &ctx->ncqs : &ctx->nmkeys;
+	void ***tab = kind == HC_TAB_QP	    ? (void ***)&ctx->qps
+		      : kind == HC_TAB_CQ   ? (void ***)&ctx->cqs
+		      : kind == HC_TAB_SRQ  ? (void ***)&ctx->srqs
+					    : (void ***)&ctx->mkeys;
+	size_t *n = kind == HC_TAB_QP ? &ctx->nqps : kind == HC_TAB_CQ ? &ctx->ncqs : kind == HC_TAB_SRQ ? &ctx->nsrqs : &ctx->nmkeys;
 	if (num >= *n && (!obj || num >= 1u << 24)) {
 		pthread_mutex_unlock(&ctx->obj_mu);
 		return obj ? EPROTO : 0; /* object numbers are 24 bits */

@@ -44,6 +44,8 @@ enum {
 	HC_EV_SQ_DRAINED = 0x03,
 	HC_EV_CQ_ERROR = 0x04,
 	HC_EV_QP_FATAL = 0x05,
+	HC_EV_LAST_WQE = 0x13,
+	HC_EV_SRQ_LIMIT = 0x14,
 };
 
 /* Device commands (docs/DEVICE.md). */
@@ -66,6 +68,10 @@ enum {
 	HC_CMD_SQD2RTS = 0x50C,
 	HC_CMD_RTS2SQD = 0x50D,
 	HC_CMD_INIT2INIT = 0x50E,
+	HC_CMD_CREATE_SRQ = 0x700,
+	HC_CMD_DESTROY_SRQ = 0x701,
+	HC_CMD_QUERY_SRQ = 0x702,
+	HC_CMD_ARM_RQ = 0x703,
 	HC_CMD_ALLOC_PD = 0x800,
 	HC_CMD_DEALLOC_PD = 0x801,
 
@@ -186,6 +192,8 @@ struct hc_context {
 	size_t nqps;
 	struct hc_mkey **mkeys; /* mlx5dv mkeys by index, for SIG_ERR CQEs */
 	size_t nmkeys;
+	struct hc_srq **srqs; /* for SRQ events */
+	size_t nsrqs;
 
 	struct hc_async *async_head, *async_tail; /* under mu */
 	uint8_t variant; /* under obj_mu */
@@ -227,9 +235,24 @@ struct hc_cq {
 	unsigned comp_reported, async_reported;
 };
 
+/* A shared receive queue (srq.c). */
+struct hc_srq {
+	struct ibv_srq srq;
+	struct hc_context *ctx;
+	struct hc_dma mem; /* the ring, then the doorbell record */
+	uint8_t *ring, *db;
+	uint8_t log, shift;
+	uint32_t max_sge, srqn, limit;
+	pthread_mutex_t mu; /* the free list and the counter */
+	uint16_t head, tail, counter;
+	uint64_t *wrid;
+	unsigned async_reported; /* under the ibv_srq's mutex */
+};
+
 struct hc_qp {
 	struct ibv_qp_ex qpx; /* its head is the ibv_qp */
 	struct hc_context *ctx;
+	struct hc_srq *srq; /* where its receives come from, or NULL */
 	struct hc_dma mem; /* SQ ring, RQ ring, doorbell record */
 	uint8_t *sq;
 	uint8_t *rq;
@@ -287,6 +310,7 @@ struct hc_qp {
 
 static inline struct hc_qp *hc_qp(struct ibv_qp *q) { return (struct hc_qp *)q; }
 static inline struct hc_cq *hc_cq(struct ibv_cq *c) { return (struct hc_cq *)c; }
+static inline struct hc_srq *hc_srq(struct ibv_srq *s) { return (struct hc_srq *)s; }
 
 /* Byte order helpers over device memory. */
 static inline void hc_put16(uint8_t *p, uint16_t v) { v = htobe16(v); __builtin_memcpy(p, &v, 2); }
@@ -325,7 +349,7 @@ void hc_dma_free(struct hc_context *ctx, struct hc_dma *d);
 void hc_mr_context_closed(struct hc_context *ctx);
 
 /* objects: tables by number */
-enum { HC_TAB_CQ, HC_TAB_QP, HC_TAB_MKEY };
+enum { HC_TAB_CQ, HC_TAB_QP, HC_TAB_MKEY, HC_TAB_SRQ };
 int hc_table_put(struct hc_context *ctx, int kind, uint32_t num, void *obj);
 struct hc_qp *hc_find_qp_on(struct hc_context *ctx, uint32_t qpn, struct hc_cq *cq);
 void hc_purge_async(struct hc_context *ctx, void *obj);
@@ -334,7 +358,11 @@ void hc_purge_async(struct hc_context *ctx, void *obj);
 void hc_cq_event(struct hc_context *ctx, uint32_t cqn);
 int hc_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc);
 int hc_req_notify_cq(struct ibv_cq *cq, int solicited);
-void hc_cq_clean(struct hc_cq *cq, uint32_t qpn);
+void hc_cq_clean(struct hc_cq *cq, uint32_t qpn, struct hc_srq *srq);
+
+/* srq.c */
+int hc_post_srq_recv(struct ibv_srq *q, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad);
+uint64_t hc_srq_free(struct hc_srq *s, uint16_t idx);
 
 /* qp.c */
 int hc_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad);

@@ -62,8 +62,12 @@ struct ibv_qp *hc_create_qp(struct ibv_context *c, struct ibv_qp_init_attr_ex *a
 		errno = a->comp_mask & ~known ? EOPNOTSUPP : EINVAL;
 		return NULL;
 	}
-	if (a->qp_type != IBV_QPT_RC || a->srq || ((a->comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS) && a->create_flags)) {
-		errno = EOPNOTSUPP; /* only RC QPs without SRQ are modelled */
+	if (a->qp_type != IBV_QPT_RC || ((a->comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS) && a->create_flags)) {
+		errno = EOPNOTSUPP; /* only RC QPs are modelled */
+		return NULL;
+	}
+	if (a->srq && a->srq->context != c) {
+		errno = EINVAL;
 		return NULL;
 	}
 	const uint64_t ops = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM | IBV_QP_EX_WITH_SEND |
@@ -79,6 +83,8 @@ struct ibv_qp *hc_create_qp(struct ibv_context *c, struct ibv_qp_init_attr_ex *a
 		return NULL;
 	}
 	struct ibv_qp_cap cap = a->cap;
+	if (a->srq) /* no receive queue of its own */
+		cap.max_recv_wr = cap.max_recv_sge = 0;
 	struct hc_caps *k = &ctx->caps;
 	if (cap.max_send_sge > k->max_sge || cap.max_recv_sge > k->max_sge || cap.max_inline_data > k->max_inline ||
 	    cap.max_send_wr > (1u << k->log_max_sq) || cap.max_recv_wr > (1u << k->log_max_rq)) {
@@ -131,6 +137,8 @@ struct ibv_qp *hc_create_qp(struct ibv_context *c, struct ibv_qp_init_attr_ex *a
 	if (dv && (dv->create_flags & MLX5DV_QP_CREATE_SIG_PIPELINING))
 		qflags |= 4; /* drain on signature error */
 	hc_put32(in + 20, qflags);
+	if (a->srq)
+		hc_put32(in + 28, hc_srq(a->srq)->srqn);
 	in[24] = sq_log;
 	in[25] = rq_log;
 	in[26] = rq_shift;
@@ -148,6 +156,7 @@ struct ibv_qp *hc_create_qp(struct ibv_context *c, struct ibv_qp_init_attr_ex *a
 	pthread_mutex_init(&qp->rmu, NULL);
 	qp->scq = hc_cq(a->send_cq);
 	qp->rcq = hc_cq(a->recv_cq);
+	qp->srq = a->srq ? hc_srq(a->srq) : NULL;
 	qp->sig_all = a->sq_sig_all;
 	/* What the QP can take, as mlx5 reports it: at least what was asked. */
 	int sendsge = (bb * HC_WQEBB - 2 * SEG) / SEG;
@@ -157,6 +166,8 @@ struct ibv_qp *hc_create_qp(struct ibv_context *c, struct ibv_qp_init_attr_ex *a
 	qp->cap.max_recv_sge = (1u << rq_shift) / SEG;
 	if (qp->cap.max_recv_sge > k->max_sge)
 		qp->cap.max_recv_sge = k->max_sge;
+	if (a->srq)
+		qp->cap.max_recv_wr = qp->cap.max_recv_sge = 0;
 	uint32_t inl = (uint32_t)(bb * HC_WQEBB - (dv && dv->overhead ? overhead : 2 * SEG) - 4);
 	qp->cap.max_inline_data = inl < k->max_inline ? inl : k->max_inline;
 	a->cap = qp->cap;
@@ -166,6 +177,7 @@ struct ibv_qp *hc_create_qp(struct ibv_context *c, struct ibv_qp_init_attr_ex *a
 	q->pd = a->pd;
 	q->send_cq = a->send_cq;
 	q->recv_cq = a->recv_cq;
+	q->srq = a->srq;
 	q->handle = qpn;
 	q->qp_num = qpn;
 	q->state = IBV_QPS_RESET;
@@ -226,9 +238,9 @@ HC_EXPORT int ibv_destroy_qp(struct ibv_qp *q)
 		ctx->qps[q->qp_num] = NULL;
 	hc_purge_async(ctx, q);
 	pthread_mutex_unlock(&ctx->obj_mu);
-	hc_cq_clean(qp->scq, q->qp_num);
+	hc_cq_clean(qp->scq, q->qp_num, qp->srq);
 	if (qp->rcq != qp->scq)
-		hc_cq_clean(qp->rcq, q->qp_num);
+		hc_cq_clean(qp->rcq, q->qp_num, qp->srq);
 	pthread_mutex_lock(&q->mutex);
 	while (q->events_completed != qp->async_reported)
 		pthread_cond_wait(&q->cond, &q->mutex);
@@ -304,9 +316,9 @@ static int device_state(struct hc_qp *qp, uint8_t *out, size_t *outlen)
 
 static void reset_indices(struct hc_qp *qp)
 {
-	hc_cq_clean(qp->scq, qp->qpx.qp_base.qp_num);
+	hc_cq_clean(qp->scq, qp->qpx.qp_base.qp_num, qp->srq);
 	if (qp->rcq != qp->scq)
-		hc_cq_clean(qp->rcq, qp->qpx.qp_base.qp_num);
+		hc_cq_clean(qp->rcq, qp->qpx.qp_base.qp_num, qp->srq);
 	pthread_mutex_lock(&qp->smu);
 	qp->cur_post = 0;
 	atomic_store(&qp->sq_tail, 0);
@@ -712,6 +724,9 @@ int hc_post_recv(struct ibv_qp *q, struct ibv_recv_wr *wr, struct ibv_recv_wr **
 	if (q->state == IBV_QPS_RESET) {
 		err = EINVAL;
 		*bad = wr;
+	} else if (qp->srq && wr) {
+		err = ENOMEM; /* as mlx5: a QP on an SRQ has a receive queue of no WQEs */
+		*bad = wr;
 	}
 	for (; wr && !err; wr = wr->next) {
 		if (wr->num_sge < 0 || (uint32_t)wr->num_sge > qp->cap.max_recv_sge) {
@@ -799,11 +814,15 @@ void hc_send_done(struct hc_qp *qp, const uint8_t *e, struct ibv_wc *wc)
 void hc_recv_done(struct hc_qp *qp, const uint8_t *e, struct ibv_wc *wc)
 {
 	uint16_t counter = hc_get16(e + 60);
-	pthread_mutex_lock(&qp->rmu);
-	uint16_t slot = counter & (uint16_t)((1u << qp->rq_log) - 1);
-	wc->wr_id = qp->rwrid[slot];
-	qp->rq_tail = counter + 1;
-	pthread_mutex_unlock(&qp->rmu);
+	if (qp->srq) {
+		wc->wr_id = hc_srq_free(qp->srq, counter);
+	} else {
+		pthread_mutex_lock(&qp->rmu);
+		uint16_t slot = counter & (uint16_t)((1u << qp->rq_log) - 1);
+		wc->wr_id = qp->rwrid[slot];
+		qp->rq_tail = counter + 1;
+		pthread_mutex_unlock(&qp->rmu);
+	}
 	wc->opcode = IBV_WC_RECV;
 	wc->byte_len = hc_get32(e + 44);
 	wc->src_qp = qp->attr.dest_qp_num;

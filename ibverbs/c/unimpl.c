@@ -24,7 +24,6 @@
 UNIMPL_PTR(u_alloc_mw, "ibv_alloc_mw")
 UNIMPL_INT(u_bind_mw, "ibv_bind_mw")
 UNIMPL_INT(u_dealloc_mw, "ibv_dealloc_mw")
-UNIMPL_INT(u_post_srq_recv, "ibv_post_srq_recv")
 UNIMPL_INT(u_advise_mr, "ibv_advise_mr")
 UNIMPL_PTR(u_alloc_null_mr, "ibv_alloc_null_mr")
 UNIMPL_INT(u_read_counters, "ibv_read_counters")
@@ -68,7 +67,7 @@ void hc_fill_unimplemented_ops(struct hc_context *ctx)
 	SET(o->alloc_mw, u_alloc_mw);
 	SET(o->bind_mw, u_bind_mw);
 	SET(o->dealloc_mw, u_dealloc_mw);
-	SET(o->post_srq_recv, u_post_srq_recv);
+	o->post_srq_recv = hc_post_srq_recv;
 	struct verbs_context *v = &ctx->vctx;
 	SET(v->advise_mr, u_advise_mr);
 	SET(v->alloc_null_mr, u_alloc_null_mr);
