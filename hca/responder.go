@@ -26,12 +26,12 @@ type respState struct {
 	srqList []sq.DataFields
 	// lastWQE: the SRQ_LAST_WQE event of this QP's move to ERR is out.
 	lastWQE bool
-	reqs     []*request
-	answers  []response // answers to the requester of ansTo, sent per batch
-	segs     [][]byte   // scratch for the local side of a request's data
-	sig      sigAccess  // scratch for the local side's signature access
-	ansTo    *QP        // the batch's requester (nil: the wire)
-	ansOn    bool       // answers holds a batch
+	reqs    []*request
+	answers []response // answers to the requester of ansTo, sent per batch
+	segs    [][]byte   // scratch for the local side of a request's data
+	sig     sigAccess  // scratch for the local side's signature access
+	ansTo   *QP        // the batch's requester (nil: the wire)
+	ansOn   bool       // answers holds a batch
 	// held is the requester whose reqMu the serving goroutine holds
 	// (serveInline): its requests cannot retire while they are served,
 	// so serve skips their memMu.
