@@ -133,5 +133,5 @@ func TestCallers(t *testing.T) {
 func TestSRQVerbs(t *testing.T) {
 	lib := frontendtest.Lib(t)
 	bin := buildC(t, filepath.Join("c", "test", "srq.c"), "-libverbs")
-	runChecks(t, lib, frontendtest.Daemon(t), bin, 23)
+	runChecks(t, lib, frontendtest.Daemon(t), bin, 26)
 }

@@ -363,6 +363,8 @@ void hc_cq_clean(struct hc_cq *cq, uint32_t qpn, struct hc_srq *srq);
 /* srq.c */
 int hc_post_srq_recv(struct ibv_srq *q, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad);
 uint64_t hc_srq_free(struct hc_srq *s, uint16_t idx);
+struct ibv_srq *hc_create_srq_ex(struct ibv_context *c, struct ibv_srq_init_attr_ex *a);
+int hc_get_srq_num(struct ibv_srq *q, uint32_t *num);
 
 /* qp.c */
 int hc_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad);

@@ -223,3 +223,37 @@ uint64_t hc_srq_free(struct hc_srq *s, uint16_t idx)
 	pthread_mutex_unlock(&s->mu);
 	return id;
 }
+
+/* hc_create_srq_ex is the context's create_srq_ex (ibv_create_srq_ex
+ * calls it for what ibv_create_srq cannot take): a basic SRQ, with or
+ * without a CQ named (mlx5 uses the CQ only for XRC and tag matching);
+ * XRC and tag-matching SRQs are not modelled. */
+struct ibv_srq *hc_create_srq_ex(struct ibv_context *c, struct ibv_srq_init_attr_ex *a)
+{
+	const uint32_t known = IBV_SRQ_INIT_ATTR_TYPE | IBV_SRQ_INIT_ATTR_PD | IBV_SRQ_INIT_ATTR_XRCD |
+			       IBV_SRQ_INIT_ATTR_CQ | IBV_SRQ_INIT_ATTR_TM;
+	if (!a || (a->comp_mask & ~known) || !(a->comp_mask & IBV_SRQ_INIT_ATTR_PD) || !a->pd || a->pd->context != c) {
+		errno = a && (a->comp_mask & ~known) ? EOPNOTSUPP : EINVAL;
+		return NULL;
+	}
+	if ((a->comp_mask & IBV_SRQ_INIT_ATTR_TYPE) && a->srq_type != IBV_SRQT_BASIC) {
+		HC_UNIMPLEMENTED(a->srq_type == IBV_SRQT_XRC ? "ibv_create_srq_ex (XRC)" : "ibv_create_srq_ex (tag matching)");
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	struct ibv_srq_init_attr b = {.srq_context = a->srq_context, .attr = a->attr};
+	struct ibv_srq *s = ibv_create_srq(a->pd, &b);
+	if (s)
+		a->attr = b.attr;
+	return s;
+}
+
+/* hc_get_srq_num is the context's get_srq_num: the SRQ's number, as mlx5
+ * gives it for any SRQ. */
+int hc_get_srq_num(struct ibv_srq *q, uint32_t *num)
+{
+	if (!q || !num)
+		return EINVAL;
+	*num = hc_srq(q)->srqn;
+	return 0;
+}

@@ -51,8 +51,6 @@ UNIMPL_INT(u_rt_values, "ibv_query_rt_values_ex")
 UNIMPL_INT(u_destroy_flow, "ibv_destroy_flow")
 UNIMPL_PTR(u_create_flow, "ibv_create_flow")
 UNIMPL_PTR(u_open_qp, "ibv_open_qp")
-UNIMPL_INT(u_srq_num, "ibv_get_srq_num")
-UNIMPL_PTR(u_create_srq_ex, "ibv_create_srq_ex")
 UNIMPL_PTR(u_open_xrcd, "ibv_open_xrcd")
 UNIMPL_INT(u_close_xrcd, "ibv_close_xrcd")
 
@@ -96,8 +94,8 @@ void hc_fill_unimplemented_ops(struct hc_context *ctx)
 	SET(v->ibv_destroy_flow, u_destroy_flow);
 	SET(v->ibv_create_flow, u_create_flow);
 	SET(v->open_qp, u_open_qp);
-	SET(v->get_srq_num, u_srq_num);
-	SET(v->create_srq_ex, u_create_srq_ex);
+	v->get_srq_num = hc_get_srq_num;
+	v->create_srq_ex = hc_create_srq_ex;
 	SET(v->open_xrcd, u_open_xrcd);
 	SET(v->close_xrcd, u_close_xrcd);
 }

@@ -152,6 +152,16 @@ int main(void)
 		ibv_ack_async_event(&ev);
 	CHECK("destroy the QPs", ibv_destroy_qp(rcv) == 0 && ibv_destroy_qp(snd) == 0, "errno %d", errno);
 	CHECK("destroy the SRQ once unused", ibv_destroy_srq(srq) == 0, "errno %d", errno);
+	/* ibv_create_srq_ex of the basic kind, naming a CQ (the provider's
+	 * create_srq_ex, not ibv_create_srq), and its SRQ number. */
+	struct ibv_srq_init_attr_ex xa = {.attr = {.max_wr = 4, .max_sge = 1},
+					  .comp_mask = IBV_SRQ_INIT_ATTR_TYPE | IBV_SRQ_INIT_ATTR_PD | IBV_SRQ_INIT_ATTR_CQ,
+					  .srq_type = IBV_SRQT_BASIC, .pd = pd, .cq = cq};
+	struct ibv_srq *xs = ibv_create_srq_ex(ctx, &xa);
+	uint32_t num = 0;
+	CHECK("ibv_create_srq_ex of the basic kind", xs && xa.attr.max_wr == 7, "errno %d", errno);
+	CHECK("ibv_get_srq_num", xs && ibv_get_srq_num(xs, &num) == 0 && num != 0, "number %u", num);
+	CHECK("destroy it", xs && ibv_destroy_srq(xs) == 0, "errno %d", errno);
 	ibv_dereg_mr(mr);
 	ibv_destroy_cq(cq);
 	ibv_dealloc_pd(pd);
