@@ -363,7 +363,7 @@ func printDevinfo(w io.Writer, d *devinfo, verbose bool) error {
 			{"max_ee", a.MaxEE}, {"max_rdd", a.MaxRDD}, {"max_mw", a.MaxMW}, {"max_raw_ipv6_qp", a.MaxRawIPv6QP},
 			{"max_raw_ethy_qp", a.MaxRawEthyQP}, {"max_mcast_grp", a.MaxMcastGrp}, {"max_mcast_qp_attach", a.MaxMcastQPAttach},
 			{"max_total_mcast_qp_attach", a.MaxTotalMcastQPAttach}, {"max_ah", a.MaxAH}, {"max_fmr", a.MaxFMR},
-			{"max_srq", a.MaxSRQ}, {"max_pkeys", a.MaxPkeys},
+			{"max_srq", a.MaxSRQ}, {"max_srq_wr", a.MaxSRQWR}, {"max_srq_sge", a.MaxSRQSGE}, {"max_pkeys", a.MaxPkeys},
 		} {
 			dvField(w, 1, f.key, 40, "%d", f.v)
 		}

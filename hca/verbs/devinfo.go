@@ -183,6 +183,8 @@ type DeviceAttr struct {
 	MaxAH                 int            `json:"max_ah"`
 	MaxFMR                int            `json:"max_fmr"`
 	MaxSRQ                int            `json:"max_srq"`
+	MaxSRQWR              int            `json:"max_srq_wr"`
+	MaxSRQSGE             int            `json:"max_srq_sge"`
 	MaxPkeys              int            `json:"max_pkeys"`
 	LocalCAAckDelay       uint8          `json:"local_ca_ack_delay"`
 	PhysPortCnt           uint8          `json:"phys_port_cnt"`
@@ -227,6 +229,11 @@ func (c *Context) QueryDevice() (DeviceAttr, error) {
 		VendorPartID: VendorPartID,
 		MaxQP:        int(k.MaxQP),
 		MaxQPWR:      1 << k.LogMaxSQSize,
+		// SRQs: as many as QPs, 2^log_max_rq - 1 WRs (mlx5 keeps one WQE
+		// free), the receive SGE limit.
+		MaxSRQ:    int(k.MaxQP),
+		MaxSRQWR:  1<<k.LogMaxRQSize - 1,
+		MaxSRQSGE: int(k.MaxSGE),
 		// RC_RNR_NAK_GEN: receivers NAK with RNR; the rest as the front
 		// end sets them.
 		DeviceCapFlags:  DeviceRCRNRNAKGen | DevicePortActiveEvent | DeviceSysImageGUID | DeviceChangePhyPort,
