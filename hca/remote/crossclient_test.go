@@ -500,3 +500,35 @@ func TestCrossClientQPN(t *testing.T) {
 	writeWorks(t, "A's QP after B named it", ea, a, amr.Addr, amr.RKey, amr.Buf)
 	require.NoError(t, apd.Dealloc(), "A's PD B named")
 }
+
+// TestCrossClientSRQN: an SRQ is its client's: CREATE_QP naming another
+// client's SRQN, and DESTROY_SRQ, QUERY_SRQ and ARM_RQ of it, fail with
+// BAD_RESOURCE and leave it to its owner.
+func TestCrossClientSRQN(t *testing.T) {
+	p := newCrossPair(t)
+	a, b := p.a, p.b
+	var asrqs []*verbs.SRQ
+	for range 3 {
+		s, err := a.pd.CreateSRQ(&verbs.SRQInitAttr{MaxWR: 4, MaxSGE: 1})
+		require.NoError(t, err)
+		asrqs = append(asrqs, s)
+	}
+	foreign := asrqs[len(asrqs)-1].SRQN()
+	bsrq, err := b.pd.CreateSRQ(&verbs.SRQInitAttr{MaxWR: 4, MaxSGE: 1})
+	require.NoError(t, err)
+	require.Greater(t, foreign, bsrq.SRQN(), "A's last SRQN is one B does not have")
+	bcq, err := b.ctx.CreateCQ(16, nil)
+	require.NoError(t, err)
+	in := ifc.NewIn(ifc.CmdCreateQP, ifc.QPInSize).Put32(ifc.QPInPD, b.pd.Handle()).Put32(ifc.QPInSendCQ, bcq.Handle()).Put32(ifc.QPInRecvCQ, bcq.Handle())
+	in.Put8(ifc.QPInLogSQ, 4).Put8(ifc.QPInLogRQ, 4).Put8(ifc.QPInLogStride, 5).Put32(ifc.QPInSRQN, foreign)
+	in.Put64(ifc.QPInSQ, b.mr.Addr).Put64(ifc.QPInRQ, b.mr.Addr+0x4000).Put64(ifc.QPInDBRec, b.mr.Addr+0x8000)
+	assert.Equal(t, ifc.StatusBadResource, command(b.ctx, in).Status(), "B's CREATE_QP on A's SRQ")
+	for _, op := range []uint16{ifc.CmdDestroySRQ, ifc.CmdQuerySRQ, ifc.CmdArmRQ} {
+		out := command(b.ctx, ifc.NewIn(op, ifc.SRQArmSize).Put32(ifc.SRQNOff, foreign))
+		assert.Equal(t, ifc.StatusBadResource, out.Status(), "B's command %#x on A's SRQN", op)
+	}
+	for _, s := range asrqs {
+		require.NoError(t, s.Destroy(), "A's SRQs are A's to destroy")
+	}
+	require.NoError(t, bsrq.Destroy())
+}
