@@ -136,6 +136,38 @@ func (r *Ring) Arm(word uint32) {
 	}
 }
 
+// Resize moves the ring to buf (2^logSize CQEs), as mlx5's resize does:
+// a RESIZE_CQ CQE (opcode 5) at the producer index of the old ring marks
+// the switch, and the CQEs after it go to the new ring, the index space
+// continuing. The driver copies the CQEs it has not polled, those before
+// the marker, to the new ring one index later, and moves its consumer
+// index past the marker. The new ring must hold them and the marker; an
+// old ring with no room for the marker (or an overflowed one) cannot be
+// resized.
+func (r *Ring) Resize(buf []byte, logSize uint8) error {
+	if logSize > 22 || len(buf) != CQESize<<logSize || !dma.Aligned(buf) {
+		return fmt.Errorf("%d-byte ring for 2^%d CQEs: %w", len(buf), logSize, ErrGeometry)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	used := (r.pi - r.ConsumerIndex()) & indexMask
+	switch {
+	case r.broken:
+		return fmt.Errorf("resize an overflowed CQ: %w", ErrOverflow)
+	case used >= r.Size():
+		return fmt.Errorf("resize a full CQ (%d entries): %w", used, ErrOverflow)
+	case used+1 > 1<<logSize:
+		return fmt.Errorf("%d unpolled CQEs and the resize marker in 2^%d entries: %w", used, logSize, ErrGeometry)
+	}
+	slot := r.pi & (r.Size() - 1)
+	c := CQE(r.buf[slot*CQESize : (slot+1)*CQESize])
+	last := c.Encode(&Fields{Opcode: OpResizeCQ}, uint8(r.pi>>r.logSize))
+	dma.StoreBytes(c[offWQECounter:], last)
+	r.pi = (r.pi + 1) & indexMask
+	r.buf, r.logSize = buf, logSize
+	return nil
+}
+
 // Outstanding returns how many written CQEs the driver has not consumed.
 func (r *Ring) Outstanding() uint32 {
 	r.mu.Lock()

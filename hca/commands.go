@@ -36,7 +36,7 @@ func (f *Func) Command(inb []byte) (out []byte) {
 		ifc.CmdDeallocPD: ifc.PDOff + 4, ifc.CmdCreateMkey: ifc.MkeyInXLT, ifc.CmdDestroyMkey: ifc.MkeyIdxOff + 4, ifc.CmdQueryMkey: ifc.MkeyIdxOff + 4,
 		ifc.CmdCreateCQ: ifc.CQInSize, ifc.CmdDestroyCQ: ifc.CQNOff + 4, ifc.CmdCreateQP: ifc.QPInSize, ifc.CmdDestroyQP: ifc.QPNOff + 4,
 		ifc.CmdQueryQP: ifc.QPNOff + 4, ifc.CmdCreatePSV: ifc.PSVInPDNum + 4, ifc.CmdDestroyPSV: ifc.PSVIdxOff + 4,
-		ifc.CmdCreateSRQ: ifc.SRQInSize, ifc.CmdDestroySRQ: ifc.SRQNOff + 4, ifc.CmdQuerySRQ: ifc.SRQNOff + 4, ifc.CmdArmRQ: ifc.SRQArmSize,
+		ifc.CmdModifyCQ: ifc.CQResizeSize, ifc.CmdCreateSRQ: ifc.SRQInSize, ifc.CmdDestroySRQ: ifc.SRQNOff + 4, ifc.CmdQuerySRQ: ifc.SRQNOff + 4, ifc.CmdArmRQ: ifc.SRQArmSize,
 	}
 	op := in.Opcode()
 	if isModify(op) {
@@ -69,6 +69,8 @@ func (f *Func) Command(inb []byte) (out []byte) {
 		return f.createCQ(in)
 	case ifc.CmdDestroyCQ:
 		return f.destroyCQ(in.U32(ifc.CQNOff) & 0xFFFFFF)
+	case ifc.CmdModifyCQ:
+		return f.resizeCQ(in)
 	case ifc.CmdCreateQP:
 		return f.createQP(in)
 	case ifc.CmdDestroyQP:
@@ -298,6 +300,27 @@ func (f *Func) destroyCQ(cqn uint32) ifc.Out {
 	}
 	delete(f.cqs, cqn)
 	f.uncharge(cqCost)
+	return okOut(0)
+}
+
+// resizeCQ moves a CQ to a new ring (cq.Ring.Resize: a RESIZE_CQ CQE in
+// the old ring marks where the new one takes over).
+func (f *Func) resizeCQ(in ifc.In) ifc.Out {
+	cqn, logSize := in.U32(ifc.CQNOff)&0xFFFFFF, in.U8(ifc.CQResizeLog)
+	if logSize > f.dev.caps.LogMaxCQSize {
+		return failOut(ifc.StatusBadParam, uint32(logSize), "log CQ size %d above %d", logSize, f.dev.caps.LogMaxCQSize)
+	}
+	c := f.lookupCQ(cqn)
+	if c == nil {
+		return failOut(ifc.StatusBadResource, cqn, "no CQ %#x", cqn)
+	}
+	buf, err := f.contiguous(in.U64(ifc.CQResizeRing), cq.CQESize<<logSize)
+	if err != nil {
+		return failOut(ifc.StatusBadParam, 0, "CQ ring: %v", err)
+	}
+	if err := c.ring.Resize(buf, logSize); err != nil {
+		return failOut(ifc.StatusBadParam, cqn, "resize CQ %#x: %v", cqn, err)
+	}
 	return okOut(0)
 }
 

@@ -1,6 +1,7 @@
 package hcatest
 
 import (
+	"fmt"
 	"github.com/hcasim/hcasim/hca/ifc"
 	"testing"
 	"time"
@@ -14,6 +15,61 @@ var cqScenarios = []scenario{
 	{"ArmOncePerArming", cqArmOnce},
 	{"ArmSolicitedOnly", cqArmSolicited},
 	{"SharedCQ", cqShared},
+	{"Resize", cqResize},
+}
+
+// cqResize: a CQ grown and shrunk keeps the completions it holds, in
+// order, and takes more than its old size after growing; a size that
+// cannot hold what is unpolled is refused and the CQ keeps working.
+func cqResize(t *testing.T, s *suite) {
+	a, b := s.pair(t)
+	ea := a.ep(&epOpts{cqDepth: 8})
+	eb := b.ep(nil)
+	connect(t, ea, eb, nil, nil)
+	sendN := func(from, n int) {
+		t.Helper()
+		for i := range n {
+			ea.post(write(uint64(from+i), a.mr.SGE(0, 8), b.mr.Addr, b.mr.RKey))
+		}
+	}
+	want := func(what string, from, n int) {
+		t.Helper()
+		for i, wc := range Poll(t, ea.scq, n) {
+			Check(t, fmt.Sprintf("%s %d", what, i), wc, Want{WRID: uint64(from + i), Op: verbs.WCRDMAWrite, Len: AnyLen})
+		}
+	}
+	sendN(0, 5)
+	waitOutstanding := func(n int) {
+		t.Helper()
+		// The writes complete on their own; wait until all are in the CQ
+		// by polling nothing and checking after a bounded wait.
+		deadline := time.Now().Add(waitFor)
+		for ea.scq.Pending() < n && time.Now().Before(deadline) {
+			time.Sleep(time.Millisecond)
+		}
+	}
+	waitOutstanding(5)
+	if err := ea.scq.Resize(64); err != nil {
+		t.Fatalf("grow the CQ: %v", err)
+	}
+	if d := ea.scq.Depth(); d < 64 {
+		t.Errorf("depth %d after growing to 64", d)
+	}
+	want("kept across growing", 0, 5)
+	sendN(100, 40) // more than the old 8
+	want("after growing", 100, 40)
+	sendN(200, 3)
+	waitOutstanding(3)
+	if err := ea.scq.Resize(2); err == nil {
+		t.Errorf("shrinking to 2 with 3 completions unpolled succeeded")
+	}
+	if err := ea.scq.Resize(16); err != nil {
+		t.Fatalf("shrink the CQ to 16: %v", err)
+	}
+	want("kept across shrinking", 200, 3)
+	sendN(300, 12)
+	want("after shrinking", 300, 12)
+	Quiet(t, ea.scq, quiet, "the resized CQ")
 }
 
 // cqOverflow: a CQ that is not polled overflows: the CQ error event, the

@@ -13,6 +13,7 @@ const (
 	CmdDestroyMkey = 0x202
 	CmdCreateCQ    = 0x400
 	CmdDestroyCQ   = 0x401
+	CmdModifyCQ    = 0x402 // resize only (mlx5's MODIFY_CQ with op_mod RESIZE)
 	CmdCreateQP    = 0x500
 	CmdDestroyQP   = 0x501
 	CmdRST2INIT    = 0x502

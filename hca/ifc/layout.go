@@ -51,6 +51,12 @@ const (
 	CQInSize    = 32
 	CQNOff      = 8 // CREATE_CQ output, DESTROY_CQ input
 
+	// MODIFY_CQ (resize) input: the CQN at 8, the new log size at 12 (one
+	// byte), the new ring at 16 (the doorbell record stays).
+	CQResizeLog  = 12
+	CQResizeRing = 16
+	CQResizeSize = 24
+
 	// CREATE_QP input; output: the QPN at 8.
 	QPInPD        = 8
 	QPInSendCQ    = 12

@@ -221,6 +221,82 @@ func (q *CQ) Destroy() error {
 	return nil
 }
 
+// Resize gives the CQ room for at least depth completions, keeping those
+// not yet polled, as mlx5's provider resizes: the device marks the switch
+// with a RESIZE_CQ CQE in the old ring and goes on in the new one; the
+// driver copies the CQEs before the marker to the new ring, one index
+// later, and steps its consumer index past the marker. A depth that
+// cannot hold the unpolled completions (and the marker) fails with the
+// device's BAD_PARAM. Resizing to the current size leaves the CQ as it is.
+func (q *CQ) Resize(depth int) error {
+	c := q.ctx
+	if depth <= 0 {
+		return fmt.Errorf("resize cq %d to %d: %w", q.cqn, depth, ErrInvalid)
+	}
+	log := pow2(depth)
+	if log > c.caps.LogMaxCQSize {
+		return fmt.Errorf("resize cq %d to %d: above 2^%d: %w", q.cqn, depth, c.caps.LogMaxCQSize, ErrInvalid)
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if log == q.logSize {
+		return nil
+	}
+	buf, io, err := c.dma(cq.CQESize<<log, 4096)
+	if err != nil {
+		return fmt.Errorf("resize cq %d: %w", q.cqn, err)
+	}
+	cq.InitRing(buf)
+	in := ifc.NewIn(ifc.CmdModifyCQ, ifc.CQResizeSize).Put32(ifc.CQNOff, q.cqn).Put8(ifc.CQResizeLog, log).Put64(ifc.CQResizeRing, io)
+	if _, err := c.cmd(in); err != nil {
+		c.fn.FreeDMA(io)
+		return fmt.Errorf("resize cq %d: %w", q.cqn, err)
+	}
+	// The marker is in the old ring before the command returns.
+	for i := q.ci; ; i++ {
+		e, ok := cq.Poll(q.buf, q.logSize, i)
+		if !ok {
+			return fmt.Errorf("resize cq %d: no RESIZE_CQ CQE after %d: %w", q.cqn, i-q.ci, ErrDeviceLost)
+		}
+		if e.Opcode() == cq.OpResizeCQ {
+			break
+		}
+		j := (i + 1) & (1<<log - 1)
+		d := buf[j*cq.CQESize : (j+1)*cq.CQESize]
+		copy(d, e)
+		d[cq.CQESize-1] = d[cq.CQESize-1]&^1 | uint8((i+1)>>log)&1
+	}
+	c.fn.FreeDMA(q.bufIO)
+	q.buf, q.bufIO, q.logSize = buf, io, log
+	q.ci++
+	cq.SetConsumerIndex(q.db, q.ci)
+	return nil
+}
+
+// Pending returns how many completions wait in the CQ to be polled (CQEs
+// the device wrote after the consumer index; a signature error CQE counts).
+func (q *CQ) Pending() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	n := 0
+	for cqeAt(q, q.ci+uint32(n)) && n < 1<<q.logSize {
+		n++
+	}
+	return n
+}
+
+func cqeAt(q *CQ, i uint32) bool {
+	_, ok := cq.Poll(q.buf, q.logSize, i)
+	return ok
+}
+
+// Depth returns the completions the CQ holds.
+func (q *CQ) Depth() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return 1 << q.logSize
+}
+
 // ReqNotify arms the CQ: the channel gets it at the next completion (or the
 // next solicited or error completion with solicitedOnly).
 func (q *CQ) ReqNotify(solicitedOnly bool) {
