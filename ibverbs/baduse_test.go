@@ -135,3 +135,11 @@ func TestSRQVerbs(t *testing.T) {
 	bin := buildC(t, filepath.Join("c", "test", "srq.c"), "-libverbs")
 	runChecks(t, lib, frontendtest.Daemon(t), bin, 26)
 }
+
+// TestResizeCQ: ibv_resize_cq keeps the completions a CQ holds, in order,
+// across growing and shrinking (c/test/resize.c).
+func TestResizeCQ(t *testing.T) {
+	lib := frontendtest.Lib(t)
+	bin := buildC(t, filepath.Join("c", "test", "resize.c"), "-libverbs")
+	runChecks(t, lib, frontendtest.Daemon(t), bin, 10)
+}

@@ -11,17 +11,21 @@
 
 #define CQE_SIZE 64
 
-/* next_cqe returns the CQE at the consumer index if the device has
- * written it: its last word is read with one load, then the rest. */
-static uint8_t *next_cqe(struct hc_cq *cq)
+/* next_cqe_at returns the CQE at index ci if the device has written it:
+ * its last word is read with one load, then the rest. */
+static uint8_t *next_cqe_at(struct hc_cq *cq, uint32_t ci)
 {
-	uint8_t *e = cq->ring + (size_t)(cq->ci & ((1u << cq->log) - 1)) * CQE_SIZE;
+	uint8_t *e = cq->ring + (size_t)(ci & ((1u << cq->log) - 1)) * CQE_SIZE;
 	uint32_t last = hc_load32(e + 60);
 	uint8_t op_own = (uint8_t)last;
-	if ((op_own >> 4) == HC_CQE_INVALID || (op_own & 1) != ((cq->ci >> cq->log) & 1))
+	if ((op_own >> 4) == HC_CQE_INVALID || (op_own & 1) != ((ci >> cq->log) & 1))
 		return NULL;
 	return e;
 }
+
+/* next_cqe returns the CQE at the consumer index if the device has
+ * written it. */
+static uint8_t *next_cqe(struct hc_cq *cq) { return next_cqe_at(cq, cq->ci); }
 
 /* to_wc turns the CQE into a work completion; it returns 0 for CQEs that
  * make none (signature errors, CQEs of QPs already destroyed). */
@@ -344,16 +348,78 @@ HC_EXPORT int ibv_destroy_cq(struct ibv_cq *ibcq)
 		pthread_cond_wait(&ibcq->cond, &ibcq->mutex);
 	pthread_mutex_unlock(&ibcq->mutex);
 	hc_dma_free(ctx, &cq->mem);
+	if (cq->rmem.addr)
+		hc_dma_free(ctx, &cq->rmem);
 	hc_zfree(cq);
 	return 0;
 }
 
-HC_EXPORT int ibv_resize_cq(struct ibv_cq *cq, int cqe)
+/* ibv_resize_cq, as mlx5's provider resizes: a new ring, MODIFY_CQ, then
+ * the CQEs not yet polled copied from the old ring to the new one at the
+ * next index, up to the RESIZE_CQ CQE the device wrote in the old ring to
+ * mark the switch, and the consumer index stepped past it. The size rounds
+ * up to 2^n - 1 CQEs; the same size leaves the CQ as it is; one that
+ * cannot hold the unpolled CQEs is EINVAL (from the device). */
+HC_EXPORT int ibv_resize_cq(struct ibv_cq *ibcq, int cqe)
 {
-	(void)cq;
-	(void)cqe;
-	HC_UNIMPLEMENTED("ibv_resize_cq");
-	return EOPNOTSUPP;
+	if (!ibcq)
+		return EINVAL;
+	struct hc_cq *cq = hc_cq(ibcq);
+	struct hc_context *ctx = cq->ctx;
+	if (cqe < 1 || cqe > (1 << ctx->caps.log_max_cq) - 1)
+		return EINVAL;
+	uint8_t log = 0;
+	while ((1u << log) < (unsigned)cqe + 1)
+		log++;
+	pthread_mutex_lock(&cq->lock);
+	if (log == cq->log) {
+		pthread_mutex_unlock(&cq->lock);
+		return 0;
+	}
+	struct hc_dma m;
+	size_t ring = (size_t)CQE_SIZE << log;
+	int err = hc_dma_alloc(ctx, ring, &m);
+	if (err) {
+		pthread_mutex_unlock(&cq->lock);
+		return err;
+	}
+	for (size_t i = 0; i < (1u << log); i++)
+		m.addr[i * CQE_SIZE + 63] = 0xF1;
+	uint8_t in[24] = {0}, out[64];
+	hc_cmd_header(in, HC_CMD_MODIFY_CQ);
+	hc_put32(in + 8, cq->cqn);
+	in[12] = log;
+	hc_put64(in + 16, m.iova);
+	err = hc_cmd(ctx, in, sizeof in, out, sizeof out, NULL);
+	if (err) {
+		pthread_mutex_unlock(&cq->lock);
+		hc_dma_free(ctx, &m);
+		return err;
+	}
+	/* The marker is in the old ring before the command returns. */
+	uint32_t i = cq->ci;
+	for (uint32_t n = 0; n <= (1u << cq->log); n++, i++) {
+		uint8_t *e = next_cqe_at(cq, i);
+		if (!e) {
+			err = EIO; /* no marker: the device broke the protocol */
+			break;
+		}
+		if ((e[63] >> 4) == HC_CQE_RESIZE)
+			break;
+		uint8_t *d = m.addr + (size_t)((i + 1) & ((1u << log) - 1)) * CQE_SIZE;
+		memcpy(d, e, CQE_SIZE);
+		d[63] = (uint8_t)((d[63] & ~1) | (((i + 1) >> log) & 1));
+	}
+	if (cq->rmem.addr)
+		hc_dma_free(ctx, &cq->rmem);
+	cq->rmem = m;
+	cq->ring = m.addr;
+	cq->log = log;
+	cq->ci++;
+	cq->cqx.cqe = (1 << log) - 1;
+	hc_store32(cq->db, cq->ci & 0xFFFFFF);
+	pthread_mutex_unlock(&cq->lock);
+	return err;
 }
 
 /* hc_cq_clean removes a QP's CQEs from the CQ, as mlx5's provider does when

@@ -55,6 +55,7 @@ enum {
 	HC_CMD_DESTROY_MKEY = 0x202,
 	HC_CMD_CREATE_CQ = 0x400,
 	HC_CMD_DESTROY_CQ = 0x401,
+	HC_CMD_MODIFY_CQ = 0x402,
 	HC_CMD_CREATE_QP = 0x500,
 	HC_CMD_DESTROY_QP = 0x501,
 	HC_CMD_RST2INIT = 0x502,
@@ -117,6 +118,7 @@ enum {
 	HC_CQE_RESP_SEND = 2,
 	HC_CQE_RESP_SEND_IMM = 3,
 	HC_CQE_RESP_SEND_INV = 4,
+	HC_CQE_RESIZE = 5,
 	HC_CQE_SIG_ERR = 12,
 	HC_CQE_REQ_ERR = 13,
 	HC_CQE_RESP_ERR = 14,
@@ -217,6 +219,7 @@ struct hc_cq {
 	struct ibv_cq_ex cqx; /* its head is the ibv_cq */
 	struct hc_context *ctx;
 	struct hc_dma mem; /* ring, then the 8-byte doorbell record */
+	struct hc_dma rmem; /* the ring after a resize (rmem.addr NULL: none) */
 	uint8_t *ring;
 	uint8_t *db;
 	uint32_t cqn;
