@@ -17,7 +17,7 @@ import (
 // successful create can be undone.
 func FuzzCommand(f *testing.F) {
 	for _, op := range []uint16{ifc.CmdQueryHCACap, ifc.CmdAllocPD, ifc.CmdCreateMkey, ifc.CmdCreateCQ, ifc.CmdCreateQP,
-		ifc.CmdRST2INIT, ifc.CmdCreatePSV, ifc.CmdDestroyQP, ifc.CmdCreateSRQ, ifc.CmdDestroySRQ, ifc.CmdQuerySRQ, ifc.CmdArmRQ, 0xFFFF} {
+		ifc.CmdRST2INIT, ifc.CmdCreatePSV, ifc.CmdDestroyQP, ifc.CmdCreateSRQ, ifc.CmdDestroySRQ, ifc.CmdQuerySRQ, ifc.CmdArmRQ, ifc.CmdModifyCQ, 0xFFFF} {
 		f.Add([]byte(ifc.NewIn(op, 64)))
 	}
 	f.Fuzz(func(t *testing.T, in []byte) {
