@@ -648,8 +648,8 @@ func (w *wire) deliver(from netip.AddrPort, buf *packetBuf, n int) bool {
 		return false
 	}
 	p := &buf.pkt
-	if err := p.DecodeFromBytes(b, gopacket.NilDecodeFeedback); err != nil {
-		c.rxDropped.Add(1)
+	if err := p.DecodeFromBytes(b, gopacket.NilDecodeFeedback); err != nil || p.Opcode.Transport() != roce.TransportRC {
+		c.rxDropped.Add(1) // the device's QPs are RC: UC, UD and XRC packets find none
 		return false
 	}
 	qp := w.dev.qp(p.DestQP)

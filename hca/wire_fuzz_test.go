@@ -54,6 +54,10 @@ func FuzzWirePackets(f *testing.F) {
 		fuzzSeedPacket(roce.Packet{BTH: with(roce.OpWriteLast, 2)}, make([]byte, 4096))...))
 	f.Add(uint8(1), fuzzSeedPacket(roce.Packet{BTH: with(roce.OpAcknowledge, 0), AETH: roce.AETH{Syndrome: roce.SyndromeNAKPSNSequence}}, nil))
 	f.Add(uint8(1), fuzzSeedPacket(roce.Packet{BTH: with(roce.OpReadResponseOnly, 0), AETH: roce.AETH{Syndrome: roce.SyndromeACK}}, make([]byte, 64)))
+	// Transports the device's RC QPs do not take: dropped and counted.
+	f.Add(uint8(3), fuzzSeedPacket(roce.Packet{BTH: with(roce.OpUDSendOnly, 0), DETH: roce.DETH{QKey: 0x11111111, SrcQP: 1}}, []byte("datagram")))
+	f.Add(uint8(3), fuzzSeedPacket(roce.Packet{BTH: with(roce.XRCBase|roce.OpSendOnly, 0), XRCETH: roce.XRCETH{XRCSRQ: 1}}, []byte("xrc")))
+	f.Add(uint8(3), fuzzSeedPacket(roce.Packet{BTH: with(roce.UCBase|roce.OpWriteOnly, 0), RETH: reth}, make([]byte, 8)))
 	f.Add(uint8(0), []byte{0xFF, 0, 0})
 	f.Fuzz(func(t *testing.T, flags uint8, raw []byte) {
 		dev := hca.New(hca.Options{TimeScale: 1000})

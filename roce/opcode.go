@@ -2,10 +2,28 @@ package roce
 
 import "fmt"
 
-// Opcode is a BTH opcode: bits 7–5 the transport (000: RC), bits 4–0 the
-// operation. The package knows the RC opcodes (IBA table 38, rxe's
-// rxe_opcode.c); others are refused with [ErrOpcode].
+// Opcode is a BTH opcode: bits 7–5 the transport (000 RC, 001 UC, 011
+// UD, 101 XRC), bits 4–0 the operation. The package knows the RC, UC, UD
+// and XRC opcodes (IBA table 38, rxe's rxe_opcode.c, Wireshark's
+// packet-infiniband.c); others (RD, CNP, manufacturer-specific) are
+// refused with [ErrOpcode].
 type Opcode uint8
+
+// Transport is an opcode's transport, its bits 7–5.
+type Transport uint8
+
+// Transports.
+const (
+	TransportRC  Transport = 0
+	TransportUC  Transport = 1
+	TransportRD  Transport = 2
+	TransportUD  Transport = 3
+	TransportCNP Transport = 4
+	TransportXRC Transport = 5
+)
+
+// Transport returns the opcode's transport.
+func (o Opcode) Transport() Transport { return Transport(o >> 5) }
 
 // The RC opcodes. F/M/L/O: first, middle, last and only packet of a
 // message.
@@ -35,6 +53,20 @@ const (
 	OpSendOnlyInv        Opcode = 0x17
 )
 
+// The UD opcodes: a datagram is one packet, with a DETH.
+const (
+	OpUDSendOnly    Opcode = 0x64
+	OpUDSendOnlyImm Opcode = 0x65
+)
+
+// UC and XRC opcodes are the RC operation ORed with the transport's bits:
+// UC has SEND and RDMA WRITE (0x20–0x2B), XRC every RC operation, its
+// requests with an XRCETH (0xA0–0xB7).
+const (
+	UCBase  Opcode = 0x20
+	XRCBase Opcode = 0xA0
+)
+
 // Ext is a set of extension headers; an opcode alone selects them (they
 // carry no next-header field).
 type Ext uint8
@@ -47,6 +79,8 @@ const (
 	ExtAtomicAckETH                 // 8 bytes: the original remote data
 	ExtImmDt                        // 4 bytes: immediate data
 	ExtIETH                         // 4 bytes: the R_Key to invalidate
+	ExtDETH                         // 8 bytes: Q_Key, source QP (UD); right after the BTH
+	ExtXRCETH                       // 4 bytes: the XRC SRQ (XRC requests); after the BTH, before RETH
 )
 
 // Header sizes in bytes.
@@ -58,6 +92,8 @@ const (
 	AtomicAckETHSize = 8
 	ImmDtSize        = 4
 	IETHSize         = 4
+	DETHSize         = 8
+	XRCETHSize       = 4
 	ICRCSize         = 4
 )
 
@@ -67,7 +103,8 @@ func (e Ext) Len() int {
 	for _, h := range [...]struct {
 		bit  Ext
 		size int
-	}{{ExtRETH, RETHSize}, {ExtAtomicETH, AtomicETHSize}, {ExtAETH, AETHSize}, {ExtAtomicAckETH, AtomicAckETHSize}, {ExtImmDt, ImmDtSize}, {ExtIETH, IETHSize}} {
+	}{{ExtRETH, RETHSize}, {ExtAtomicETH, AtomicETHSize}, {ExtAETH, AETHSize}, {ExtAtomicAckETH, AtomicAckETHSize}, {ExtImmDt, ImmDtSize}, {ExtIETH, IETHSize},
+		{ExtDETH, DETHSize}, {ExtXRCETH, XRCETHSize}} {
 		if e&h.bit != 0 {
 			n += h.size
 		}
@@ -97,7 +134,7 @@ type opInfo struct {
 	hlen uint8
 }
 
-var opTable [32]opInfo
+var opTable [256]opInfo
 
 func init() {
 	def := func(op Opcode, name string, ext Ext, pos Position, data, req bool) {
@@ -126,16 +163,32 @@ func init() {
 	def(OpFetchAdd, "FETCH ADD", ExtAtomicETH, PosNone, false, true)
 	def(OpSendLastInv, "SEND LAST WITH INVALIDATE", ExtIETH, PosLast, true, true)
 	def(OpSendOnlyInv, "SEND ONLY WITH INVALIDATE", ExtIETH, PosOnly, true, true)
+	for rc := OpSendFirst; rc <= OpSendOnlyInv; rc++ {
+		i := opTable[rc]
+		if i.name == "" {
+			continue
+		}
+		if rc <= OpWriteOnlyImm { // UC: SEND and RDMA WRITE
+			def(UCBase|rc, "UC "+i.name, i.ext, i.pos, i.data, i.req)
+		}
+		ext := i.ext
+		if i.req {
+			ext |= ExtXRCETH
+		}
+		def(XRCBase|rc, "XRC "+i.name, ext, i.pos, i.data, i.req)
+	}
+	def(OpUDSendOnly, "UD SEND ONLY", ExtDETH, PosOnly, true, true)
+	def(OpUDSendOnlyImm, "UD SEND ONLY WITH IMM", ExtDETH|ExtImmDt, PosOnly, true, true)
 }
 
 func (o Opcode) info() *opInfo {
-	if o >= 32 || opTable[o].name == "" {
+	if opTable[o].name == "" {
 		return nil
 	}
 	return &opTable[o]
 }
 
-// IsValid reports whether o is an RC opcode the package knows.
+// IsValid reports whether o is an opcode the package knows.
 func (o Opcode) IsValid() bool { return o.info() != nil }
 
 // Ext returns the extension headers o carries (0 for an invalid opcode).

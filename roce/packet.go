@@ -73,6 +73,21 @@ type RETH struct {
 	DMALen uint32
 }
 
+// DETH is the datagram extended transport header of UD packets (8 bytes):
+// the Q_Key, a reserved byte, the source QP (24 bits).
+type DETH struct {
+	QKey  uint32
+	Resv  uint8
+	SrcQP uint32 // 24 bits
+}
+
+// XRCETH is the XRC extended transport header of XRC requests (4 bytes):
+// a reserved byte and the XRC SRQ the message is for (24 bits).
+type XRCETH struct {
+	Resv   uint8
+	XRCSRQ uint32 // 24 bits
+}
+
 // AETH is the ACK extended transport header: a syndrome and the message
 // sequence number.
 type AETH struct {
@@ -144,6 +159,8 @@ type Packet struct {
 	AtomicAck uint64 // AtomicAckETH: the original remote data
 	Imm       uint32 // ImmDt: the four wire bytes read big-endian
 	InvRKey   uint32 // IETH: the R_Key to invalidate
+	DETH      DETH   // UD
+	XRCETH    XRCETH // XRC requests
 	// ICRC as carried on the wire (its low byte first). Encoding writes it
 	// as it is; SealICRC writes the right one once the IP and UDP headers
 	// are in place.
@@ -192,7 +209,16 @@ func (p *Packet) DecodeFromBytes(data []byte, df gopacket.DecodeFeedback) error 
 	}
 	p.BTH.decode(data)
 	p.RETH, p.Atomic, p.AETH, p.AtomicAck, p.Imm, p.InvRKey = RETH{}, AtomicETH{}, AETH{}, 0, 0, 0
+	p.DETH, p.XRCETH = DETH{}, XRCETH{}
 	b := data[BTHSize:h]
+	if info.ext&ExtDETH != 0 {
+		p.DETH = DETH{QKey: binary.BigEndian.Uint32(b), Resv: b[4], SrcQP: binary.BigEndian.Uint32(b[4:]) & PSNMask}
+		b = b[DETHSize:]
+	}
+	if info.ext&ExtXRCETH != 0 {
+		p.XRCETH = XRCETH{Resv: b[0], XRCSRQ: binary.BigEndian.Uint32(b) & PSNMask}
+		b = b[XRCETHSize:]
+	}
 	if info.ext&ExtRETH != 0 {
 		p.RETH = RETH{VA: binary.BigEndian.Uint64(b), RKey: binary.BigEndian.Uint32(b[8:]), DMALen: binary.BigEndian.Uint32(b[12:])}
 		b = b[RETHSize:]
@@ -261,6 +287,17 @@ func (p *Packet) putHeaders(b []byte) {
 	p.BTH.encode(b)
 	ext := p.Opcode.Ext()
 	b = b[BTHSize:]
+	if ext&ExtDETH != 0 {
+		binary.BigEndian.PutUint32(b, p.DETH.QKey)
+		binary.BigEndian.PutUint32(b[4:], p.DETH.SrcQP&PSNMask)
+		b[4] = p.DETH.Resv
+		b = b[DETHSize:]
+	}
+	if ext&ExtXRCETH != 0 {
+		binary.BigEndian.PutUint32(b, p.XRCETH.XRCSRQ&PSNMask)
+		b[0] = p.XRCETH.Resv
+		b = b[XRCETHSize:]
+	}
 	if ext&ExtRETH != 0 {
 		binary.BigEndian.PutUint64(b, p.RETH.VA)
 		binary.BigEndian.PutUint32(b[8:], p.RETH.RKey)

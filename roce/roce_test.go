@@ -134,7 +134,8 @@ type opCase struct {
 // headers set, and a payload for those that carry one.
 func allOpcodes() []opCase {
 	var out []opCase
-	for op := roce.Opcode(0); op < 32; op++ {
+	for i := 0; i < 256; i++ {
+		op := roce.Opcode(i)
 		if !op.IsValid() {
 			continue
 		}
@@ -146,6 +147,8 @@ func allOpcodes() []opCase {
 			AtomicAck: 0x4444,
 			Imm:       0xdeadbeef,
 			InvRKey:   0x0badcafe,
+			DETH:      roce.DETH{QKey: 0x11111111, SrcQP: 0x000abc},
+			XRCETH:    roce.XRCETH{XRCSRQ: 0x00beef},
 		}
 		p.PSN &= roce.PSNMask
 		var payload []byte
@@ -175,6 +178,12 @@ func want(p roce.Packet) roce.Packet {
 	}
 	if ext&roce.ExtImmDt != 0 {
 		w.Imm = p.Imm
+	}
+	if ext&roce.ExtDETH != 0 {
+		w.DETH = p.DETH
+	}
+	if ext&roce.ExtXRCETH != 0 {
+		w.XRCETH = p.XRCETH
 	}
 	if ext&roce.ExtIETH != 0 {
 		w.InvRKey = p.InvRKey
@@ -245,8 +254,11 @@ func TestDecodeErrors(t *testing.T) {
 		{"BTH only", pkt(0x04, 0, 12), roce.ErrTruncated},
 		{"reserved opcode", pkt(0x15, 0, 16), roce.ErrOpcode},
 		{"FLUSH", pkt(0x1C, 0, 48), roce.ErrOpcode},
-		{"UC", pkt(0x24, 0, 16), roce.ErrOpcode},
-		{"UD", pkt(0x64, 0, 24), roce.ErrOpcode},
+		{"UC READ REQUEST (UC has no READ)", pkt(0x2C, 0, 32), roce.ErrOpcode},
+		{"UD SEND FIRST (a datagram is one packet)", pkt(0x60, 0, 24), roce.ErrOpcode},
+		{"RD", pkt(0x44, 0, 32), roce.ErrOpcode},
+		{"UD SEND ONLY without DETH", pkt(0x64, 0, 16), roce.ErrTruncated},
+		{"XRC WRITE ONLY without XRCETH and RETH", pkt(0xAA, 0, 28), roce.ErrTruncated},
 		{"CNP", pkt(0x81, 0, 32), roce.ErrOpcode},
 		{"WRITE ONLY without RETH", pkt(0x0A, 0, 20), roce.ErrTruncated},
 		{"pad past the headers", pkt(0x04, 3, 18), roce.ErrTruncated},

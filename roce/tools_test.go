@@ -139,6 +139,22 @@ func TestTshark(t *testing.T) {
 		assert.Equal(t, w.ack, f[4] == "1" || f[4] == "True", "frame %d AckReq %q", i+1, f[4])
 		assert.Equal(t, w.v6, f[5] == "6", "frame %d IP version", i+1)
 	}
+	// UD: the DETH as Wireshark reads it (its dissector knows no XRCETH:
+	// XRC requests show their extension headers as vendor data, so the
+	// XRCETH is checked by the round trip tests only).
+	deth := strings.Fields(run("-Y", "infiniband.bth.opcode == 0x64 || infiniband.bth.opcode == 0x65", "-T", "fields",
+		"-E", "separator=;", "-e", "infiniband.bth.opcode", "-e", "infiniband.deth.q_key", "-e", "infiniband.deth.srcqp"))
+	require.Len(t, deth, 2, "the UD frames")
+	for _, l := range deth {
+		f := strings.Split(l, ";")
+		require.Len(t, f, 3, "%q", l)
+		qkey, err1 := strconv.ParseUint(f[1], 0, 64)
+		src, err2 := strconv.ParseUint(f[2], 0, 32)
+		require.NoError(t, err1, "%q", l)
+		require.NoError(t, err2, "%q", l)
+		assert.Equal(t, uint64(0x11111111), qkey, "UD %s Q_Key", f[0])
+		assert.Equal(t, uint64(0xabc), src, "UD %s source QP", f[0])
+	}
 	bad := run("-Y", "_ws.malformed || (udp.dstport == 4791 && !infiniband)")
 	assert.Empty(t, strings.TrimSpace(bad), "malformed or undecoded frames")
 	// No expert notes at all, but the one RoCEv2 asks for: a zero UDP
