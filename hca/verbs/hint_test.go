@@ -79,7 +79,9 @@ func TestDoorbellHintPolling(t *testing.T) {
 // TestDoorbellHintNoLostWakeup: posts timed at random against an engine
 // going to sleep (no polling, or a short poll) all complete: a driver that
 // skips the doorbell because the hint is set is always seen by the
-// engine's last look. Doorbells are never more than posts.
+// engine's last look. Doorbells are never more than posts; there may be
+// none at all, when the state change to RTS woke the engine and every post
+// found it still polling (seen under -race with a 2µs poll).
 func TestDoorbellHintNoLostWakeup(t *testing.T) {
 	for _, poll := range []time.Duration{0, 2 * time.Microsecond} {
 		dev := hca.New(hca.Options{Poll: poll})
@@ -92,7 +94,7 @@ func TestDoorbellHintNoLostWakeup(t *testing.T) {
 			writeOnce(t, a, b, i)
 		}
 		r := rc.rings.Load()
-		require.True(t, r >= 1 && r <= n, "poll %v: %d doorbells for %d posts", poll, r, n)
+		require.LessOrEqual(t, r, int64(n), "poll %v: %d doorbells for %d posts", poll, r, n)
 		t.Logf("poll %v: %d doorbells for %d posts", poll, rc.rings.Load(), n)
 		dev.Close()
 	}
