@@ -38,9 +38,9 @@ const window = 256
 // dropped, as a full receive queue on a NIC drops, and resent).
 const inboxSize = 2048
 
-// QP is an RC queue pair: a send queue run by a requester goroutine and a
-// responder goroutine that serves the peer's requests and consumes the
-// receive queue.
+// QP is a connected queue pair, RC or UC: a send queue run by a requester
+// goroutine and a responder goroutine that serves the peer's requests and
+// consumes the receive queue.
 type QP struct {
 	fn        *Func
 	dev       *Device
@@ -49,6 +49,7 @@ type QP struct {
 	scq, rcq  *CQ
 	srq       *SRQ // the SRQ the responder takes receives from, or nil
 	integrity bool
+	uc        bool // an unreliable connected QP (QPTypeUC)
 	drainSig  bool // QPFlagDrainSigErr
 	// sigErr is set when an access of this QP's WQEs through a signature
 	// key met an error (drainSig QPs): its next fenced WQE stops the QP in
@@ -165,6 +166,10 @@ func (f *Func) createQP(in ifc.In) ifc.Out {
 		}
 	}
 	flags := in.U32(ifc.QPInFlags)
+	qpType := in.U8(ifc.QPInType)
+	if qpType != ifc.QPTypeRC && qpType != ifc.QPTypeUC {
+		return failOut(ifc.StatusBadParam, uint32(qpType), "QP type %d", qpType)
+	}
 	dbSize := sq.DBRecSize
 	if flags&ifc.QPFlagDBHint != 0 {
 		dbSize = sq.DBRecHintSize
@@ -200,7 +205,7 @@ func (f *Func) createQP(in ifc.In) ifc.Out {
 		return failOut(ifc.StatusBadResource, pd, "no PD %#x", pd)
 	}
 	qp := &QP{
-		fn: f, dev: f.dev, pd: pd, scq: scq, rcq: rcq, srq: srq, integrity: flags&ifc.QPFlagIntegr != 0, drainSig: flags&ifc.QPFlagDrainSigErr != 0,
+		fn: f, dev: f.dev, pd: pd, scq: scq, rcq: rcq, srq: srq, integrity: flags&ifc.QPFlagIntegr != 0, uc: qpType == ifc.QPTypeUC, drainSig: flags&ifc.QPFlagDrainSigErr != 0,
 		sqr: sqr, rqBuf: rqBuf, rqDB: db[sq.DBRecRecv : sq.DBRecRecv+4], rqLog: logRQ, rqStride: logStride,
 		bell: make(chan struct{}, 1), rbell: make(chan struct{}, 1),
 		acks: newMbox[response](inboxSize), inbox: newMbox[*request](inboxSize), stop: make(chan struct{}),

@@ -241,9 +241,18 @@ func (qp *QP) flushOut(s *reqState) {
 		clear(s.out)
 		s.out = s.out[:0]
 		if !s.armed {
-			qp.armTimer(s, qp.dev.duration(ackTimeout(a.timeout)), false)
+			qp.armTimer(s, qp.answerTimeout(a), false)
 		}
 	}
+}
+
+// answerTimeout is how long the requester waits for answers: the local
+// ACK timeout (RC), ucTimeout (UC).
+func (qp *QP) answerTimeout(a *qpAttr) time.Duration {
+	if qp.uc {
+		return qp.dev.duration(ucTimeout)
+	}
+	return qp.dev.duration(ackTimeout(a.timeout))
 }
 
 // snapshot returns the QP's published state, attributes and reset
@@ -363,6 +372,10 @@ func (qp *QP) execute(s *reqState, a *qpAttr, p *pending, w []byte, f *sq.CtrlFi
 	segs := w[sq.CtrlSegSize:]
 	var req *request
 	var synd cq.Syndrome
+	if qp.uc && !ucOpcode(f.Opcode) {
+		qp.fail(s, p, cq.SyndromeLocalQPOp) // UC has no READ, atomics or SEND with invalidate
+		return
+	}
 	switch f.Opcode {
 	case sq.OpNOP:
 		p.done = true
@@ -441,6 +454,22 @@ func (qp *QP) execute(s *reqState, a *qpAttr, p *pending, w []byte, f *sq.CtrlFi
 	req.hold()
 	s.out = append(s.out, req)
 }
+
+// ucOpcode reports whether a UC QP executes op: local work, SEND and
+// WRITE, with or without immediate (IBA 9.2: UC has no READ, atomics or
+// SEND with invalidate).
+func ucOpcode(op sq.Opcode) bool {
+	switch op {
+	case sq.OpRDMARead, sq.OpAtomicCS, sq.OpAtomicFA, sq.OpSendInval:
+		return false
+	}
+	return true
+}
+
+// ucTimeout is how long a UC requester waits for the fabric's word that
+// its messages were taken (or dropped) before it counts them sent: a peer
+// that stopped serving never answers, and UC does not retry.
+const ucTimeout = 500 * time.Millisecond
 
 // armTimer (re)starts the timer for d (0: stop it).
 func (qp *QP) armTimer(s *reqState, d time.Duration, rnr bool) {
@@ -810,7 +839,15 @@ func (qp *QP) onTimer(s *reqState) {
 		if s.answers != s.armedAt || qp.inService.Load() > 0 {
 			// Answers came in since the timer was armed, or a long message
 			// is being moved: not a timeout.
-			qp.armTimer(s, qp.dev.duration(ackTimeout(a.timeout)), false)
+			qp.armTimer(s, qp.answerTimeout(&a), false)
+			return
+		}
+		if qp.uc {
+			// Nothing answered the UC messages (a peer that stopped): they
+			// count as sent and lost, as on a wire. Their memory is the
+			// application's again, so a responder that still gets to
+			// them drops them.
+			qp.ackUpTo(s, response{psn: roce.PSNAdd(s.nextPSN, -1)})
 			return
 		}
 		head.retries++

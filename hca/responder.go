@@ -133,9 +133,7 @@ func (qp *QP) serveInline(from *QP, reqs []*request) bool {
 	defer qp.respMu.Unlock()
 	if qp.respDone {
 		// Stopped: nothing serves any more, as for a full inbox.
-		for _, r := range reqs {
-			r.release()
-		}
+		dropped(from, reqs)
 		return true
 	}
 	s := &qp.resp
@@ -180,6 +178,9 @@ func (qp *QP) serveBatch(s *respState, reqs []*request) {
 
 // answer queues r's answer; answers go back in one batch per requester.
 func (qp *QP) answer(s *respState, r *request, kind respKind, rnr uint8) {
+	if qp.uc && r.from == nil {
+		return // UC has no ACKs or NAKs on the wire
+	}
 	if !s.ansOn || s.ansTo != r.from {
 		qp.sendAnswers(s)
 		s.ansTo, s.ansOn = r.from, true
@@ -332,6 +333,12 @@ func (qp *QP) serve(s *respState, r *request) {
 		qp.sendAnswers(s)
 		qp.resetResp(s, gen)
 	}
+	if qp.uc && r.from != nil {
+		// The fabric tells a UC requester when its message was taken or
+		// dropped (the moment its packets would have left the wire): only
+		// then is its memory free.
+		defer qp.answer(s, r, respACK, 0)
+	}
 	if st != ifc.StateRTR && st != ifc.StateRTS && st != ifc.StateSQD {
 		return // a QP that is not ready (or in error) drops requests silently
 	}
@@ -347,6 +354,10 @@ func (qp *QP) serve(s *respState, r *request) {
 		if r.retired {
 			return // the requester is gone or done with it: never delivered
 		}
+	}
+	if qp.uc {
+		qp.serveUC(s, r, a)
+		return
 	}
 	if r.psn != s.expected {
 		if roce.PSNDiff(r.psn, s.expected) < 0 {
@@ -399,15 +410,43 @@ func (qp *QP) serve(s *respState, r *request) {
 	}
 }
 
+// serveUC executes a UC message. There is no sequence to keep: each
+// message starts where the requester's PSN says (a gap was messages lost),
+// and what the responder cannot take is dropped silently, as IBA 9.7.7
+// says for UC (no receive WQE, a bad R_Key or access, a message longer
+// than the receive buffer): nothing is completed, the QP stays ready. A
+// receive WQE that does not resolve is the responder's own error: its
+// completion says so and the QP moves to ERR, as for RC.
+func (qp *QP) serveUC(s *respState, r *request, a *qpAttr) {
+	s.expected = roce.PSNAdd(r.psn, max(r.npkts, 1))
+	var kind respKind
+	switch r.op {
+	case sq.OpSend, sq.OpSendImm:
+		kind = qp.serveSend(s, r)
+	case sq.OpRDMAWrite, sq.OpRDMAWriteImm:
+		kind = qp.serveWrite(s, r, a)
+	default:
+		kind = respInvalid
+	}
+	switch kind {
+	case respACK:
+		s.msn = (s.msn + 1) & roce.PSNMask
+	case respRemoteOp:
+		qp.toError()
+	default:
+		qp.dev.count(&qp.dev.ctr.msgDropped)
+	}
+}
+
 // fromPeer reports whether the fabric's request r comes from the QP qp is
 // connected to (Options.RCSourceHardware: any). Another QP's request is
 // dropped as an unknown packet would be: counted, logged once per QP, the
 // QP's state, PSN and completions untouched; its sender times out.
 func (qp *QP) fromPeer(r *request, a *qpAttr) bool {
-	if r.from == nil || qp.dev.anySrc {
-		return true // the wire: deliver checked the source address
+	if r.from == nil || qp.dev.anySrc && r.from.uc == qp.uc {
+		return true // the wire: deliver checked the source address and the transport
 	}
-	if qp.dev.route(a) == transport(qp.dev.fabric) && r.from.dev.lid == a.remoteLID && r.from.qpn == a.remoteQPN {
+	if qp.dev.route(a) == transport(qp.dev.fabric) && r.from.dev.lid == a.remoteLID && r.from.qpn == a.remoteQPN && r.from.uc == qp.uc {
 		return true
 	}
 	qp.dev.count(&qp.dev.ctr.notPeer)
@@ -475,6 +514,9 @@ func (qp *QP) serveSend(s *respState, r *request) respKind {
 		if synd == 0 && !qp.invalidate(klm.Key(r.imm)) {
 			synd = cq.SyndromeLocalProt
 		}
+	}
+	if synd == cq.SyndromeLocalLength && qp.uc {
+		return respInvalid // UC drops it; the receive WQE waits for the next message
 	}
 	if synd != 0 {
 		qp.consumeRecv(s)
@@ -720,6 +762,12 @@ func (qp *QP) servePacket(s *respState, in *request) {
 	}
 	p := &in.pkt.pkt
 	epsn := roce.PSNAdd(s.expected, s.asm.n)
+	if qp.uc {
+		if !qp.ucSequence(s, p, epsn) {
+			return
+		}
+		epsn = roce.PSNAdd(s.expected, s.asm.n)
+	}
 	switch d := roce.PSNDiff(p.PSN, epsn); {
 	case d > 0:
 		qp.dev.count(&qp.dev.ctr.outOfSeq)
@@ -737,6 +785,10 @@ func (qp *QP) servePacket(s *respState, in *request) {
 	pos := p.Opcode.Position()
 	invalid := func() {
 		s.asm.n = 0
+		if qp.uc {
+			qp.dev.count(&qp.dev.ctr.msgDropped) // UC drops a malformed message silently
+			return
+		}
 		qp.ackWire(s, p.PSN, respInvalid)
 		qp.toError()
 	}
@@ -817,6 +869,28 @@ func (qp *QP) servePacket(s *respState, in *request) {
 	qp.serve(s, m)
 	s.asm.data = s.wsrc[0][:0] // the assembly buffer, for the next message
 	*m = request{}
+}
+
+// ucSequence keeps a UC responder in step with the wire (IBA 9.7.7.1): a
+// packet out of sequence, or one that does not continue the message being
+// assembled, drops that message; a packet that starts a message starts
+// one there, whatever its PSN. It reports whether p is to be taken.
+func (qp *QP) ucSequence(s *respState, p *roce.Packet, epsn uint32) bool {
+	pos := p.Opcode.Position()
+	starts := pos == roce.PosFirst || pos == roce.PosOnly
+	if p.PSN == epsn && (s.asm.n == 0) == starts {
+		return true
+	}
+	if s.asm.n > 0 {
+		s.asm.n = 0 // the message in progress lost a packet
+		qp.dev.count(&qp.dev.ctr.msgDropped)
+	}
+	if !starts {
+		qp.dev.count(&qp.dev.ctr.outOfSeq) // the rest of a lost message
+		return false
+	}
+	s.expected = p.PSN
+	return true
 }
 
 // plainKey reports whether key names a memory key without a signature

@@ -19,7 +19,7 @@ import (
 	"github.com/hcasim/hcasim/sq"
 )
 
-// transport carries one QP's RC traffic.
+// transport carries one QP's RC or UC traffic.
 type transport interface {
 	// send hands the requester qp's requests toward the responder that a
 	// names; each carries one reference for it, which it releases.
@@ -340,7 +340,17 @@ func (f *Fabric) send(qp *QP, a *qpAttr, reqs []*request) {
 		}
 		n = peer.inbox.put(reqs...)
 	}
-	for _, r := range reqs[n:] {
+	dropped(qp, reqs[n:])
+}
+
+// dropped releases requests that no responder takes. An RC requester
+// times out and resends them; a UC one is told they went (and were lost),
+// as a wire would have carried them.
+func dropped(qp *QP, reqs []*request) {
+	if qp.uc && len(reqs) > 0 {
+		qp.acks.put(response{psn: reqs[len(reqs)-1].lastPSN(), kind: respACK})
+	}
+	for _, r := range reqs {
 		r.release()
 	}
 }

@@ -92,7 +92,7 @@ func (f *Faults) any() bool {
 type counters struct {
 	txPackets, txBytes, rxPackets, rxBytes, icrcErrors, rxDropped    atomic.Uint64
 	retransmits, timeouts, retryExceeded, seqNAKs, rnrNAKs, naksSent atomic.Uint64
-	outOfSeq, duplicates, notPeer                                    atomic.Uint64
+	outOfSeq, duplicates, notPeer, msgDropped                        atomic.Uint64
 	injLoss, injDup, injReorder, injCorrupt, injDelay                atomic.Uint64
 }
 
@@ -108,7 +108,7 @@ func (d *Device) Counters() ifc.PortCounters {
 		RNRNAKsRecv: c.rnrNAKs.Load(), NAKsSent: c.naksSent.Load(), OutOfSequence: c.outOfSeq.Load(),
 		Duplicates: c.duplicates.Load(), InjectedLoss: c.injLoss.Load(), InjectedDup: c.injDup.Load(),
 		InjectedReorder: c.injReorder.Load(), InjectedCorrupt: c.injCorrupt.Load(), InjectedDelay: c.injDelay.Load(),
-		NotPeer: c.notPeer.Load(),
+		NotPeer: c.notPeer.Load(), MsgDropped: c.msgDropped.Load(),
 	}
 }
 
@@ -240,6 +240,10 @@ func (w *wire) send(qp *QP, a *qpAttr, reqs []*request) {
 		r.release()
 	}
 	u.done()
+	if qp.uc && len(reqs) > 0 {
+		// UC messages are done once their packets are out: no ACK comes.
+		qp.acks.put(response{psn: reqs[len(reqs)-1].lastPSN(), kind: respACK})
+	}
 }
 
 func (w *wire) sendRequest(u *burst, qp *QP, a *qpAttr, to netip.AddrPort, mtu int, r *request) {
@@ -318,6 +322,9 @@ func (w *wire) sendRequest(u *burst, qp *QP, a *qpAttr, to netip.AddrPort, mtu i
 			return
 		}
 		p.Opcode, p.PSN = op, roce.PSNAdd(r.psn, i)
+		if qp.uc {
+			p.Opcode |= roce.UCBase // the same message on UC's opcodes (the ucOpcode ones)
+		}
 		p.RETH, p.Imm, p.InvRKey = roce.RETH{}, 0, 0
 		if kind == roce.MsgWrite || kind == roce.MsgWriteImm {
 			if i == 0 {
@@ -325,7 +332,7 @@ func (w *wire) sendRequest(u *burst, qp *QP, a *qpAttr, to netip.AddrPort, mtu i
 			}
 		}
 		last := i == n-1
-		p.AckReq, p.SE = last || i%ackEvery == ackEvery-1, last && r.solicited
+		p.AckReq, p.SE = !qp.uc && (last || i%ackEvery == ackEvery-1), last && r.solicited
 		if last {
 			switch kind {
 			case roce.MsgSendImm, roce.MsgWriteImm:
@@ -648,13 +655,21 @@ func (w *wire) deliver(from netip.AddrPort, buf *packetBuf, n int) bool {
 		return false
 	}
 	p := &buf.pkt
-	if err := p.DecodeFromBytes(b, gopacket.NilDecodeFeedback); err != nil || p.Opcode.Transport() != roce.TransportRC {
-		c.rxDropped.Add(1) // the device's QPs are RC: UC, UD and XRC packets find none
+	if err := p.DecodeFromBytes(b, gopacket.NilDecodeFeedback); err != nil {
+		c.rxDropped.Add(1)
 		return false
 	}
 	qp := w.dev.qp(p.DestQP)
-	if qp == nil {
+	switch t := p.Opcode.Transport(); {
+	case qp == nil:
 		c.rxDropped.Add(1)
+		return false
+	case t == roce.TransportUC && qp.uc:
+		// A UC request: served as the RC opcode it mirrors (UC has no
+		// responses).
+		p.Opcode &^= roce.UCBase
+	case t != roce.TransportRC || qp.uc:
+		c.rxDropped.Add(1) // UD and XRC packets, or a transport the QP does not have
 		return false
 	}
 	_, a, _ := qp.snapshot()

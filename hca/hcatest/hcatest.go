@@ -100,6 +100,7 @@ var lossSensitive = map[string]bool{
 	"SendRecv/WithInvalidate": true, "SendRecv/WithInvalidateNotAllowed": true,
 	"Flush/RemoteErrorMidBatch": true, "Flush/ReceivesOfQPInError": true, "QPState/ResetAndReuse": true, "QPState/SQDWithOutstandingWork": true,
 	"IntegrityErrors": true, "FastReg/Lifecycle": true, "CQ/ArmSolicitedOnly": true,
+	"UC": true, // a lost UC packet loses its message: that is the transport
 }
 
 // RunOptions runs every scenario as a subtest of t with the options.
@@ -155,6 +156,7 @@ var groups = []group{
 	{"IntegrityErrors", integrityErrorScenarios},
 	{"Isolation", isolationScenarios},
 	{"SRQ", srqScenarios},
+	{"UC", ucScenarios},
 }
 
 type suite struct {
@@ -279,6 +281,7 @@ type epOpts struct {
 	sigAll    bool
 	integrity bool
 	srq       *verbs.SRQ
+	typ       verbs.QPType
 }
 
 var defaultCap = verbs.QPCap{MaxSendWR: 64, MaxRecvWR: 64, MaxSendSGE: 4, MaxRecvSGE: 4, MaxInline: 256}
@@ -306,7 +309,7 @@ func (n *node) ep(o *epOpts) *ep {
 	if e.rcq == nil {
 		e.rcq = n.cq(opt.cqDepth, nil)
 	}
-	qp, err := opt.pd.CreateQP(&verbs.QPInitAttr{SendCQ: e.scq, RecvCQ: e.rcq, Cap: opt.cap, SigAll: opt.sigAll, Integrity: opt.integrity, SRQ: opt.srq})
+	qp, err := opt.pd.CreateQP(&verbs.QPInitAttr{SendCQ: e.scq, RecvCQ: e.rcq, Cap: opt.cap, SigAll: opt.sigAll, Integrity: opt.integrity, SRQ: opt.srq, Type: opt.typ})
 	if err != nil {
 		n.t.Fatalf("create qp %+v: %v", opt.cap, err)
 	}

@@ -65,11 +65,14 @@ const (
 	QPInLogSQ     = 24 // one byte each: log WQEBBs, log RQ WQEs, log RQ stride
 	QPInLogRQ     = 25
 	QPInLogStride = 26
+	QPInType      = 27 // the transport service, mlx5's QPC st: QPTypeRC, QPTypeUC
 	QPInSRQN      = 28 // the SRQ the QP takes its receives from (0: its own receive queue)
 	QPInSQ        = 32
 	QPInRQ        = 40
 	QPInDBRec     = 48
 	QPInSize      = 56
+	QPTypeRC      = 0 // reliable connected
+	QPTypeUC      = 1 // unreliable connected: no ACKs, a lost packet drops its message
 	QPFlagIntegr  = 1
 	QPFlagDBHint  = 2 // model extension: the send activity hint (sq.DBRecHintSize)
 	// QPFlagDrainSigErr is signature pipelining (mlx5's drain_sigerr QP

@@ -41,8 +41,35 @@ type QPCap struct {
 	MaxInline              int
 }
 
-// QPInitAttr configure a new RC QP.
+// QPType is a QP's transport service (IBV_QPT_*).
+type QPType uint8
+
+// QP types.
+const (
+	// QPTypeRC is reliable connected: every message is acknowledged,
+	// lost packets are resent, errors complete in error.
+	QPTypeRC QPType = iota
+	// QPTypeUC is unreliable connected: SEND and RDMA WRITE only, a send
+	// completes once it is on its way (no ACK), and a message the peer
+	// cannot take, or lost on the wire, is dropped silently.
+	QPTypeUC
+)
+
+// String returns the type's verbs name.
+func (t QPType) String() string {
+	switch t {
+	case QPTypeRC:
+		return "RC"
+	case QPTypeUC:
+		return "UC"
+	}
+	return fmt.Sprintf("QPType(%d)", uint8(t))
+}
+
+// QPInitAttr configure a new QP.
 type QPInitAttr struct {
+	// Type is the transport service (the zero value: RC).
+	Type           QPType
 	SendCQ, RecvCQ *CQ
 	Cap            QPCap
 	// SRQ, if not nil, is where the QP takes its receives from; it has no
@@ -192,6 +219,7 @@ type QP struct {
 	srq    *SRQ
 	sigAll bool
 	integ  bool
+	typ    QPType
 	psn    uint32
 
 	sqBuf   []byte
@@ -241,7 +269,7 @@ func pow2(n int) uint8 {
 	return l
 }
 
-// CreateQP creates an RC QP in the RESET state.
+// CreateQP creates a QP (RC or UC) in the RESET state.
 func (pd *PD) CreateQP(a *QPInitAttr) (*QP, error) {
 	c := pd.ctx
 	cp := a.Cap
@@ -250,7 +278,7 @@ func (pd *PD) CreateQP(a *QPInitAttr) (*QP, error) {
 	}
 	if a.SendCQ == nil || a.RecvCQ == nil || cp.MaxSendWR <= 0 || cp.MaxRecvWR <= 0 ||
 		cp.MaxSendSGE < 0 || cp.MaxRecvSGE <= 0 || cp.MaxSendSGE > int(c.caps.MaxSGE) || cp.MaxRecvSGE > int(c.caps.MaxSGE) ||
-		cp.MaxInline < 0 || cp.MaxInline > int(c.caps.MaxInline) {
+		cp.MaxInline < 0 || cp.MaxInline > int(c.caps.MaxInline) || a.Type > QPTypeUC {
 		return nil, fmt.Errorf("create qp %+v: %w", cp, ErrInvalid)
 	}
 	if cp.MaxSendSGE == 0 {
@@ -263,7 +291,7 @@ func (pd *PD) CreateQP(a *QPInitAttr) (*QP, error) {
 	if bb > sq.MaxWQEBBs {
 		return nil, fmt.Errorf("create qp: WQEs of %d WQEBBs: %w", bb, ErrInvalid)
 	}
-	qp := &QP{ctx: c, pd: pd, scq: a.SendCQ, rcq: a.RecvCQ, cap: cp, srq: a.SRQ, sigAll: a.SigAll, integ: a.Integrity}
+	qp := &QP{ctx: c, pd: pd, scq: a.SendCQ, rcq: a.RecvCQ, cap: cp, srq: a.SRQ, sigAll: a.SigAll, integ: a.Integrity, typ: a.Type}
 	qp.sqLog = pow2(cp.MaxSendWR * bb)
 	qp.rqLog = pow2(cp.MaxRecvWR)
 	qp.rqShift = max(pow2(cp.MaxRecvSGE*sq.DataSegSize), 4)
@@ -295,6 +323,9 @@ func (pd *PD) CreateQP(a *QPInitAttr) (*QP, error) {
 		flags |= ifc.QPFlagDrainSigErr
 	}
 	in.Put32(ifc.QPInFlags, flags)
+	if a.Type == QPTypeUC {
+		in.Put8(ifc.QPInType, ifc.QPTypeUC)
+	}
 	if a.SRQ != nil {
 		in.Put32(ifc.QPInSRQN, a.SRQ.srqn)
 	}
@@ -319,6 +350,9 @@ func (qp *QP) free() {
 	c.fn.FreeDMA(qp.rqIO)
 	c.fn.FreeDMA(qp.dbIO)
 }
+
+// Type returns the QP's transport service.
+func (qp *QP) Type() QPType { return qp.typ }
 
 // QPN returns the QP number.
 func (qp *QP) QPN() uint32 { return qp.qpn }
