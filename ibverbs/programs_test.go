@@ -129,6 +129,21 @@ func TestSRQPingpong(t *testing.T) {
 	}
 }
 
+// TestUCPingpong: ibv_uc_pingpong's UC QPs (created without the RC-only
+// attributes, which the front end refuses for UC) exchange their SENDs.
+func TestUCPingpong(t *testing.T) {
+	lib := frontendtest.Lib(t)
+	pp := frontendtest.Need(t, "ibv_uc_pingpong", "ibverbs-utils")
+	sock := frontendtest.Daemon(t)
+	args := []string{pp, "-d", "hcasim0", "-n", "200"}
+	so, co := frontendtest.Pair(t, 60*time.Second, lib, sock, args, args)
+	for _, o := range []string{so, co} {
+		if !strings.Contains(o, "200 iters in") {
+			t.Errorf("no iteration report:\n%s", o)
+		}
+	}
+}
+
 func TestPerftest(t *testing.T) {
 	lib := frontendtest.Lib(t)
 	sock := frontendtest.Daemon(t)
@@ -144,6 +159,8 @@ func TestPerftest(t *testing.T) {
 		{"ib_send_bw", []string{"-n", "200"}},
 		{"ib_send_lat", []string{"-n", "200"}},
 		{"ib_atomic_bw", []string{"-n", "200"}},
+		{"ib_write_bw", []string{"-c", "UC", "-n", "200"}},
+		{"ib_send_bw", []string{"-c", "UC", "-n", "200"}},
 	} {
 		t.Run(c.prog+" "+strings.Join(c.args, " "), func(t *testing.T) {
 			p := frontendtest.Need(t, c.prog, "perftest")

@@ -221,6 +221,18 @@ func TestRoCE(t *testing.T) {
 		})
 	}
 
+	t.Run("ibv_uc_pingpong -g 0", func(t *testing.T) {
+		up := frontendtest.Need(t, "ibv_uc_pingpong", "ibverbs-utils")
+		wire(t, func() {
+			so, co := pairAcross(t, 60*time.Second, lib, a, b, []string{up, "-d", "hcasim0", "-g", "0", "-n", "200"})
+			for _, o := range []string{so, co} {
+				if !strings.Contains(o, "200 iters in") {
+					t.Errorf("no iteration report:\n%s", o)
+				}
+			}
+		})
+	})
+
 	t.Run("ibv_srq_pingpong -q 4 -g 0", func(t *testing.T) {
 		sp := frontendtest.Need(t, "ibv_srq_pingpong", "ibverbs-utils")
 		wire(t, func() {

@@ -52,7 +52,7 @@ struct ibv_qp *hc_create_qp_ex(struct ibv_context *c, struct ibv_qp_init_attr_ex
 	return hc_create_qp(c, a, NULL);
 }
 
-/* hc_create_qp creates an RC QP; dv, if not NULL, holds what
+/* hc_create_qp creates an RC or UC QP; dv, if not NULL, holds what
  * mlx5dv_create_qp asked for beyond it. */
 struct ibv_qp *hc_create_qp(struct ibv_context *c, struct ibv_qp_init_attr_ex *a, const struct hc_qp_dv *dv)
 {
@@ -62,18 +62,22 @@ struct ibv_qp *hc_create_qp(struct ibv_context *c, struct ibv_qp_init_attr_ex *a
 		errno = a->comp_mask & ~known ? EOPNOTSUPP : EINVAL;
 		return NULL;
 	}
-	if (a->qp_type != IBV_QPT_RC || ((a->comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS) && a->create_flags)) {
-		errno = EOPNOTSUPP; /* only RC QPs are modelled */
+	int uc = a->qp_type == IBV_QPT_UC;
+	if ((a->qp_type != IBV_QPT_RC && !uc) || ((a->comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS) && a->create_flags) ||
+	    (uc && dv && (dv->integrity || dv->create_flags))) {
+		errno = EOPNOTSUPP; /* RC and UC QPs are modelled; signature offload on RC */
 		return NULL;
 	}
 	if (a->srq && a->srq->context != c) {
 		errno = EINVAL;
 		return NULL;
 	}
-	const uint64_t ops = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM | IBV_QP_EX_WITH_SEND |
-			     IBV_QP_EX_WITH_SEND_WITH_IMM | IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP |
-			     IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD | IBV_QP_EX_WITH_LOCAL_INV |
-			     IBV_QP_EX_WITH_SEND_WITH_INV;
+	/* mlx5's supported send ops, per QP type (MLX5_SUPPORTED_SEND_OPS_FLAGS_*). */
+	const uint64_t uc_ops = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM | IBV_QP_EX_WITH_SEND |
+				IBV_QP_EX_WITH_SEND_WITH_IMM | IBV_QP_EX_WITH_LOCAL_INV | IBV_QP_EX_WITH_SEND_WITH_INV;
+	const uint64_t ops = uc ? uc_ops
+				: uc_ops | IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP |
+					  IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD;
 	if ((a->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) && (a->send_ops_flags & ~ops)) {
 		errno = EOPNOTSUPP;
 		return NULL;
@@ -142,6 +146,7 @@ struct ibv_qp *hc_create_qp(struct ibv_context *c, struct ibv_qp_init_attr_ex *a
 	in[24] = sq_log;
 	in[25] = rq_log;
 	in[26] = rq_shift;
+	in[27] = uc ? 1 : 0; /* the transport service: RC 0, UC 1 */
 	hc_put64(in + 32, qp->mem.iova);
 	hc_put64(in + 40, qp->mem.iova + sqb);
 	hc_put64(in + 48, qp->mem.iova + sqb + rqb);
@@ -181,7 +186,7 @@ struct ibv_qp *hc_create_qp(struct ibv_context *c, struct ibv_qp_init_attr_ex *a
 	q->handle = qpn;
 	q->qp_num = qpn;
 	q->state = IBV_QPS_RESET;
-	q->qp_type = IBV_QPT_RC;
+	q->qp_type = uc ? IBV_QPT_UC : IBV_QPT_RC;
 	pthread_mutex_init(&q->mutex, NULL);
 	pthread_cond_init(&q->cond, NULL);
 	qp->attr.qp_state = IBV_QPS_RESET;
@@ -264,6 +269,12 @@ struct transition {
 #define T_RTS_REQ (IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC)
 #define T_RTS_OPT                                                                                                      \
 	(IBV_QP_CUR_STATE | IBV_QP_ALT_PATH | IBV_QP_ACCESS_FLAGS | IBV_QP_MIN_RNR_TIMER | IBV_QP_PATH_MIG_STATE)
+
+/* The attributes of the transitions above that UC QPs neither need nor
+ * take (the kernel's qp_state_table for IB_QPT_UC). */
+#define RC_ONLY                                                                                                        \
+	(IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |     \
+	 IBV_QP_MAX_QP_RD_ATOMIC)
 
 static const struct transition transitions[] = {
 	{IBV_QPS_RESET, IBV_QPS_INIT, HC_CMD_RST2INIT, IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS, 0},
@@ -352,6 +363,8 @@ HC_EXPORT int ibv_modify_qp(struct ibv_qp *q, struct ibv_qp_attr *a, int mask)
 		cmd = t->cmd;
 		req = t->req;
 		allowed |= t->req | t->opt;
+		if (q->qp_type == IBV_QPT_UC) /* UC has no ACKs: none of RC's timers, retries or RDMA reads */
+			req &= ~RC_ONLY, allowed &= ~RC_ONLY;
 	}
 	if ((mask & req) != req || (mask & ~allowed))
 		return EINVAL;
