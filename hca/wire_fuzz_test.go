@@ -58,6 +58,12 @@ func FuzzWirePackets(f *testing.F) {
 	f.Add(uint8(3), fuzzSeedPacket(roce.Packet{BTH: with(roce.OpUDSendOnly, 0), DETH: roce.DETH{QKey: 0x11111111, SrcQP: 1}}, []byte("datagram")))
 	f.Add(uint8(3), fuzzSeedPacket(roce.Packet{BTH: with(roce.XRCBase|roce.OpSendOnly, 0), XRCETH: roce.XRCETH{XRCSRQ: 1}}, []byte("xrc")))
 	f.Add(uint8(3), fuzzSeedPacket(roce.Packet{BTH: with(roce.UCBase|roce.OpWriteOnly, 0), RETH: reth}, make([]byte, 8)))
+	// A UC QP (flag bit 3): its own opcodes, a message with a gap, RC
+	// packets it does not take.
+	f.Add(uint8(8|3), fuzzSeedPacket(roce.Packet{BTH: with(roce.UCBase|roce.OpSendOnly, 0)}, []byte("uc send")))
+	f.Add(uint8(8|3), append(fuzzSeedPacket(roce.Packet{BTH: with(roce.UCBase|roce.OpWriteFirst, 0), RETH: roce.RETH{DMALen: 8192}}, make([]byte, 4096)),
+		fuzzSeedPacket(roce.Packet{BTH: with(roce.UCBase|roce.OpWriteLast, 3)}, make([]byte, 4096))...))
+	f.Add(uint8(8|3), fuzzSeedPacket(roce.Packet{BTH: with(roce.OpWriteOnly, 0), RETH: reth}, make([]byte, 8)))
 	f.Add(uint8(0), []byte{0xFF, 0, 0})
 	f.Fuzz(func(t *testing.T, flags uint8, raw []byte) {
 		dev := hca.New(hca.Options{TimeScale: 1000})
@@ -86,7 +92,11 @@ func FuzzWirePackets(f *testing.F) {
 		srcMR, err := pd.RegMR(src, verbs.AccessLocalWrite)
 		require.NoError(t, err)
 		cq, _ := ctx.CreateCQ(256, nil)
-		qp, err := pd.CreateQP(&verbs.QPInitAttr{SendCQ: cq, RecvCQ: cq, Cap: verbs.QPCap{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1}})
+		typ := verbs.QPTypeRC
+		if flags&8 != 0 {
+			typ = verbs.QPTypeUC
+		}
+		qp, err := pd.CreateQP(&verbs.QPInitAttr{Type: typ, SendCQ: cq, RecvCQ: cq, Cap: verbs.QPCap{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1}})
 		require.NoError(t, err)
 		remote := verbs.QPInfo{GID: hca.GIDOf(fuzzHosts[1].Addr()), QPN: 0x77, PSN: 0}
 		require.NoError(t, qp.Connect(remote, &verbs.ConnectOptions{Timeout: 1, RetryCnt: 1, RNRRetry: 1, MinRNRTimer: 1}))
@@ -94,7 +104,8 @@ func FuzzWirePackets(f *testing.F) {
 		require.NoError(t, err)
 		// raw holds packets one after the other: a 16-bit length, then
 		// the packet. flags: bit 0 aims them at the QP, bit 1 points a
-		// RETH or AtomicETH at the MR, bit 2 leaves the ICRC bad.
+		// RETH or AtomicETH at the MR, bit 2 leaves the ICRC bad, bit 3
+		// makes the QP UC.
 		to := net.UDPAddrFromAddrPort(fuzzHosts[0])
 		for n := 0; len(raw) > 0 && n < 64; n++ {
 			k := len(raw)
@@ -131,7 +142,7 @@ func FuzzWirePackets(f *testing.F) {
 		}
 		// Every packet the device sends is well formed, until the WRITE
 		// completes (with RETRY_EXC_ERR: nobody answers it — or however
-		// the fuzzed packets left the QP).
+		// the fuzzed packets left the QP; a UC WRITE succeeds once sent).
 		got := make(chan error, 1)
 		var done atomic.Bool
 		go func() {

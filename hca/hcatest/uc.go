@@ -51,7 +51,7 @@ func ucSendAndWrite(t *testing.T, s *suite) {
 		wr := send(uint64(100+i), a.mr.SGE(0, n))
 		op := verbs.WCRecv
 		if i%2 == 1 {
-			wr.Opcode, wr.Imm, op = verbs.WRSendWithImm, uint32(0xC0DE0000+i), verbs.WCRecv
+			wr.Opcode, wr.Imm = verbs.WRSendWithImm, 0xC0DE0000+uint32(i)
 		}
 		ea.post(wr)
 		Check(t, fmt.Sprintf("send %d B", n), Poll1(t, ea.scq), Want{WRID: uint64(100 + i), Op: verbs.WCSend, Len: AnyLen})
