@@ -143,3 +143,13 @@ func TestResizeCQ(t *testing.T) {
 	bin := buildC(t, filepath.Join("c", "test", "resize.c"), "-libverbs")
 	runChecks(t, lib, frontendtest.Daemon(t), bin, 10)
 }
+
+// TestUCVerbs: UC QPs refuse RC's attributes, send ops and signature
+// offload the way mlx5 and the kernel do, a READ or an atomic posted to one
+// completes with a local QP operation error, and WRITE_WITH_IMM and SEND
+// work (c/test/uc.c).
+func TestUCVerbs(t *testing.T) {
+	lib := frontendtest.Lib(t)
+	bin := buildC(t, filepath.Join("c", "test", "uc.c"), "-libverbs", "-lmlx5")
+	runChecks(t, lib, frontendtest.Daemon(t), bin, 18)
+}
