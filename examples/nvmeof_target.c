@@ -76,7 +76,7 @@ struct side {
 
 static struct ibv_context *ctx;
 static struct ibv_pd *pd;
-static uint16_t lid;
+static union ibv_gid gid; /* the port's GID the QPs connect through */
 
 static struct side make_side(int dv)
 {
@@ -114,7 +114,12 @@ static void connect_qp(struct ibv_qp *qp, uint32_t dest)
 	a.qp_state = IBV_QPS_RTR;
 	a.path_mtu = IBV_MTU_4096;
 	a.dest_qp_num = dest;
-	a.ah_attr.dlid = lid;
+	/* The port is RoCE: the path is a global route, here to the port's
+	 * own IPv4-mapped RoCE v2 GID (index 3), from that GID. */
+	a.ah_attr.is_global = 1;
+	a.ah_attr.grh.dgid = gid;
+	a.ah_attr.grh.sgid_index = 3;
+	a.ah_attr.grh.hop_limit = 64;
 	a.ah_attr.port_num = 1;
 	a.max_dest_rd_atomic = 4;
 	a.min_rnr_timer = 12;
@@ -207,10 +212,8 @@ int main(void)
 		errno = EOPNOTSUPP;
 		die("no T10-DIF signature offload");
 	}
-	struct ibv_port_attr pa;
-	if (ibv_query_port(ctx, 1, &pa))
-		die("query port");
-	lid = pa.lid;
+	if (ibv_query_gid(ctx, 1, 3, &gid))
+		die("query gid");
 	pd = ibv_alloc_pd(ctx);
 	if (!pd)
 		die("pd");

@@ -31,12 +31,19 @@ type transport interface {
 }
 
 // route returns the transport a QP connected with a uses: the wire when
-// its remote GID is another host's, the device's fabric otherwise.
+// its remote GID is another host's, the device's fabric otherwise. A
+// link-local GID (fe80::/64, GID index 0 and 1 of the front end's RoCE
+// table) names a port of this host: the wire carries IPv4 only.
 func (d *Device) route(a *qpAttr) transport {
-	if w := d.wire.Load(); w != nil && a.remoteGID != ([16]byte{}) && a.remoteGID != w.gid {
+	if w := d.wire.Load(); w != nil && a.remoteGID != ([16]byte{}) && a.remoteGID != w.gid && !linkLocal(a.remoteGID) {
 		return w
 	}
 	return d.fabric
+}
+
+// linkLocal reports whether g is an IPv6 link-local GID (fe80::/64).
+func linkLocal(g [16]byte) bool {
+	return g[0] == 0xfe && g[1] == 0x80 && g[2]|g[3]|g[4]|g[5]|g[6]|g[7] == 0
 }
 
 // packets returns how many PSNs a message of op and length takes at the

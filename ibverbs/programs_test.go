@@ -81,7 +81,8 @@ func TestDevices(t *testing.T) {
 	}
 	out = frontendtest.Run(t, 20*time.Second, lib, sock, "ibv_devinfo", "-v")
 	for _, want := range []string{"hca_id:\thcasim0", "vendor_id:\t\t\t0x02c9", "vendor_part_id:\t\t\t4119",
-		"PORT_ACTIVE (4)", "link_layer:\t\tInfiniBand", "port_lid:\t\t1", "GID[  0]:\t\tfe80:"} {
+		"PORT_ACTIVE (4)", "link_layer:\t\tEthernet", "port_lid:\t\t0", "GID[  0]:\t\tfe80:",
+		"GID[  3]:\t\t::ffff:127.0.0.1, RoCE v2"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("ibv_devinfo -v lacks %q:\n%s", want, out)
 		}
@@ -99,7 +100,7 @@ func TestRCPingpong(t *testing.T) {
 	sock := frontendtest.Daemon(t)
 	for _, opts := range [][]string{nil, {"-e"}, {"-N"}, {"-c"}, {"-s", "65536"}, {"-e", "-N", "-c", "-s", "8192"}} {
 		t.Run(strings.Join(append([]string{"opts"}, opts...), " "), func(t *testing.T) {
-			args := append([]string{pp, "-d", "hcasim0", "-n", "200"}, opts...)
+			args := append([]string{pp, "-d", "hcasim0", "-g", "3", "-n", "200"}, opts...)
 			so, co := frontendtest.Pair(t, 60*time.Second, lib, sock, args, args)
 			for _, o := range []string{so, co} {
 				if !strings.Contains(o, "200 iters in") {
@@ -118,7 +119,7 @@ func TestSRQPingpong(t *testing.T) {
 	sock := frontendtest.Daemon(t)
 	for _, opts := range [][]string{{"-q", "4"}, {"-q", "16", "-c", "-s", "8192"}, {"-q", "4", "-e"}} {
 		t.Run(strings.Join(opts, " "), func(t *testing.T) {
-			args := append([]string{pp, "-d", "hcasim0", "-n", "200"}, opts...)
+			args := append([]string{pp, "-d", "hcasim0", "-g", "3", "-n", "200"}, opts...)
 			so, co := frontendtest.Pair(t, 60*time.Second, lib, sock, args, args)
 			for _, o := range []string{so, co} {
 				if !strings.Contains(o, "200 iters in") {
@@ -135,7 +136,7 @@ func TestUCPingpong(t *testing.T) {
 	lib := frontendtest.Lib(t)
 	pp := frontendtest.Need(t, "ibv_uc_pingpong", "ibverbs-utils")
 	sock := frontendtest.Daemon(t)
-	args := []string{pp, "-d", "hcasim0", "-n", "200"}
+	args := []string{pp, "-d", "hcasim0", "-g", "3", "-n", "200"}
 	so, co := frontendtest.Pair(t, 60*time.Second, lib, sock, args, args)
 	for _, o := range []string{so, co} {
 		if !strings.Contains(o, "200 iters in") {

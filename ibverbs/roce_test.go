@@ -172,7 +172,7 @@ func TestGIDNoWire(t *testing.T) {
 
 // TestRoCE runs unmodified programs across two daemons joined by the wire
 // (hcasim serve --roce): the GID table holds each port's RoCEv2 GID, and
-// ibv_rc_pingpong -g 0 and perftest -x 0 with the server on daemon A and
+// ibv_rc_pingpong -g 3 and perftest -x 3 with the server on daemon A and
 // the client on daemon B connect their QPs by GID, so every packet goes
 // over UDP between the daemons (their port counters show it).
 func TestRoCE(t *testing.T) {
@@ -204,8 +204,8 @@ func TestRoCE(t *testing.T) {
 	}
 
 	for _, opts := range [][]string{nil, {"-e", "-s", "65536", "-m", "2048"}} {
-		t.Run(strings.Join(append([]string{"ibv_rc_pingpong -g 0"}, opts...), " "), func(t *testing.T) {
-			args := append([]string{pp, "-d", "hcasim0", "-g", "0", "-n", "200"}, opts...)
+		t.Run(strings.Join(append([]string{"ibv_rc_pingpong -g 3"}, opts...), " "), func(t *testing.T) {
+			args := append([]string{pp, "-d", "hcasim0", "-g", "3", "-n", "200"}, opts...)
 			wire(t, func() {
 				so, co := pairAcross(t, 60*time.Second, lib, a, b, args)
 				for _, o := range []string{so, co} {
@@ -221,10 +221,10 @@ func TestRoCE(t *testing.T) {
 		})
 	}
 
-	t.Run("ibv_uc_pingpong -g 0", func(t *testing.T) {
+	t.Run("ibv_uc_pingpong -g 3", func(t *testing.T) {
 		up := frontendtest.Need(t, "ibv_uc_pingpong", "ibverbs-utils")
 		wire(t, func() {
-			so, co := pairAcross(t, 60*time.Second, lib, a, b, []string{up, "-d", "hcasim0", "-g", "0", "-n", "200"})
+			so, co := pairAcross(t, 60*time.Second, lib, a, b, []string{up, "-d", "hcasim0", "-g", "3", "-n", "200"})
 			for _, o := range []string{so, co} {
 				if !strings.Contains(o, "200 iters in") {
 					t.Errorf("no iteration report:\n%s", o)
@@ -233,10 +233,10 @@ func TestRoCE(t *testing.T) {
 		})
 	})
 
-	t.Run("ibv_srq_pingpong -q 4 -g 0", func(t *testing.T) {
+	t.Run("ibv_srq_pingpong -q 4 -g 3", func(t *testing.T) {
 		sp := frontendtest.Need(t, "ibv_srq_pingpong", "ibverbs-utils")
 		wire(t, func() {
-			so, co := pairAcross(t, 60*time.Second, lib, a, b, []string{sp, "-d", "hcasim0", "-g", "0", "-q", "4", "-n", "200", "-c"})
+			so, co := pairAcross(t, 60*time.Second, lib, a, b, []string{sp, "-d", "hcasim0", "-g", "3", "-q", "4", "-n", "200", "-c"})
 			for _, o := range []string{so, co} {
 				if !strings.Contains(o, "200 iters in") {
 					t.Errorf("no iteration report:\n%s", o)
@@ -255,12 +255,12 @@ func TestRoCE(t *testing.T) {
 		{"ib_write_lat", []string{"-s", "64", "-n", "200"}},
 		{"ib_atomic_bw", []string{"-n", "200"}},
 	} {
-		t.Run(c.prog+" -x 0 "+strings.Join(c.args, " "), func(t *testing.T) {
+		t.Run(c.prog+" -x 3 "+strings.Join(c.args, " "), func(t *testing.T) {
 			p := bw
 			if c.prog != "ib_write_bw" {
 				p = frontendtest.Need(t, c.prog, "perftest")
 			}
-			args := append([]string{p, "-d", "hcasim0", "-x", "0"}, c.args...)
+			args := append([]string{p, "-d", "hcasim0", "-x", "3"}, c.args...)
 			wire(t, func() {
 				_, co := pairAcross(t, 120*time.Second, lib, a, b, args)
 				if !strings.Contains(co, "#bytes") {

@@ -229,7 +229,10 @@ func queryDevinfo(ctx *verbs.Context) (*devinfo, error) {
 				continue
 			}
 			e := devinfoGID{Index: i, Type: "IB"}
-			if typ == verbs.GIDTypeRoCEv2 {
+			switch typ {
+			case verbs.GIDTypeRoCEv1:
+				e.Type = "RoCEv1"
+			case verbs.GIDTypeRoCEv2:
 				e.Type = "RoCEv2"
 			}
 			e.GID = formatGID(g, typ)
@@ -396,7 +399,15 @@ func printDevinfo(w io.Writer, d *devinfo, verbose bool) error {
 		dvField(w, 3, "active_speed", 48, "%s (%d)", speedStr(p.ActiveSpeed), p.ActiveSpeed)
 		dvField(w, 3, "phys_state", 48, "%s (%d)", physStateStr(p.PhysState), p.PhysState)
 		for _, g := range p.GIDs {
-			dvField(w, 3, fmt.Sprintf("GID[%3d]", g.Index), 48, "%s", g.GID)
+			// On an Ethernet port ibv_devinfo names each entry's type.
+			suffix := ""
+			if p.LinkLayer == verbs.LinkLayerEthernet {
+				suffix = ", RoCE v1"
+				if g.Type == "RoCEv2" {
+					suffix = ", RoCE v2"
+				}
+			}
+			dvField(w, 3, fmt.Sprintf("GID[%3d]", g.Index), 48, "%s%s", g.GID, suffix)
 		}
 	}
 	// hcasim's additions, after what ibv_devinfo shows.

@@ -100,7 +100,7 @@ func TestDevinfoInProcess(t *testing.T) {
 	for k, v := range map[string]string{
 		"hca_id": "hcasim0", "transport": "InfiniBand (0)", "vendor_id": "0x02c9", "vendor_part_id": "4119",
 		"fw_ver": "16.35.0000", "node_guid": "0002:c903:0000:0101", "phys_port_cnt": "1", "port 1/state": "PORT_ACTIVE (4)",
-		"port 1/active_mtu": "4096 (5)", "port 1/port_lid": "1", "port 1/link_layer": "InfiniBand",
+		"port 1/active_mtu": "4096 (5)", "port 1/port_lid": "0", "port 1/link_layer": "Ethernet",
 		"preset":            "cx5 (--caps, in process)",
 		"signature_offload": "T10DIF CRC, block sizes 512 520 4048 4096 4160, 65536 PSVs",
 	} {
@@ -115,7 +115,10 @@ func TestDevinfoInProcess(t *testing.T) {
 		"max_qp": "32", "max_cq": "64", "max_pd": "16", "max_qp_wr": "1024", "max_cqe": "4095", "max_mr_size": "0x10000000",
 		"max_res_rd_atom": "512", "max_sge": "30", "max_mr": "1048576", "page_size_cap": "0x7ffff000",
 		"device_cap_flags": "0x00001c20 CHANGE_PHY_PORT PORT_ACTIVE_EVENT SYS_IMAGE_GUID RC_RNR_NAK_GEN",
-		"port 1/GID[  0]":  "fe80:0000:0000:0000:0002:c903:0000:0101",
+		"port 1/GID[  0]":  "fe80:0000:0000:0000:0002:c903:0000:0101, RoCE v1",
+		"port 1/GID[  1]":  "fe80::2:c903:0:101, RoCE v2",
+		"port 1/GID[  2]":  "0000:0000:0000:0000:0000:ffff:7f00:0001, RoCE v1",
+		"port 1/GID[  3]":  "::ffff:127.0.0.1, RoCE v2",
 		"preset":           "small (--caps, in process)",
 		"sig_caps (mlx5dv_query_device)/block_size":                        "0x1f (512 520 4048 4096 4160)",
 		"sig_caps (mlx5dv_query_device)/block_prot":                        "0x3 (T10DIF CRC)",
@@ -152,9 +155,12 @@ func TestDevinfoJSON(t *testing.T) {
 	assert.Equal(t, 65536, d.Device.MaxQP)
 	require.Len(t, d.Ports, 1)
 	assert.EqualValues(t, 4, d.Ports[0].State)
-	assert.EqualValues(t, 1, d.Ports[0].LID)
-	require.Len(t, d.Ports[0].GIDs, 1)
+	assert.EqualValues(t, 0, d.Ports[0].LID, "a RoCE port has no LID")
+	require.Len(t, d.Ports[0].GIDs, 4)
 	assert.Equal(t, "fe80:0000:0000:0000:0002:c903:0000:0101", d.Ports[0].GIDs[0].GID)
+	assert.Equal(t, "RoCEv1", d.Ports[0].GIDs[0].Type)
+	assert.Equal(t, "::ffff:127.0.0.1", d.Ports[0].GIDs[3].GID)
+	assert.Equal(t, "RoCEv2", d.Ports[0].GIDs[3].Type)
 	assert.EqualValues(t, 0x1f, d.SigCaps.BlockSize)
 	assert.Equal(t, []int{512, 520, 4048, 4096, 4160}, d.SigCaps.BlockSizes())
 	assert.EqualValues(t, 65536, d.SigCaps.MaxPSV)
@@ -205,8 +211,8 @@ func TestDevinfoUsage(t *testing.T) {
 }
 
 // devinfo --connect against a daemon started in the test: the preset is
-// recognised from the daemon's capabilities, the LID (and the GUID made
-// from it) is the daemon's, and everything else is what the in-process
+// recognised from the daemon's capabilities, the GUID (made from the
+// daemon's LID) and the link-local GIDs are the daemon's, and everything else is what the in-process
 // device with the same preset shows.
 func TestDevinfoConnect(t *testing.T) {
 	sock := filepath.Join(t.TempDir(), "d.sock")
@@ -216,15 +222,16 @@ func TestDevinfoConnect(t *testing.T) {
 	require.Equal(t, 0, code, errOut)
 	remote := parseDevinfo(out)
 	for k, v := range map[string]string{
-		"node_guid": "0002:c903:0000:0501", "port 1/port_lid": "5", "port 1/sm_lid": "5", "max_qp": "32",
-		"port 1/GID[  0]": "fe80:0000:0000:0000:0002:c903:0000:0501", "port 1/state": "PORT_ACTIVE (4)",
+		"node_guid": "0002:c903:0000:0501", "port 1/port_lid": "0", "port 1/sm_lid": "0", "max_qp": "32",
+		"port 1/GID[  0]": "fe80:0000:0000:0000:0002:c903:0000:0501, RoCE v1", "port 1/state": "PORT_ACTIVE (4)",
+		"port 1/GID[  1]": "fe80::2:c903:0:501, RoCE v2",
 		"preset": fmt.Sprintf("small (the capabilities of the daemon at %s)", sock),
 	} {
 		assert.Equal(t, v, remote[k], k)
 	}
 	_, out, _ = runCLI("devinfo", "-v", "--caps", "small")
 	local := parseDevinfo(out)
-	for _, k := range []string{"node_guid", "sys_image_guid", "port 1/port_lid", "port 1/sm_lid", "port 1/GID[  0]", "preset"} {
+	for _, k := range []string{"node_guid", "sys_image_guid", "port 1/GID[  0]", "port 1/GID[  1]", "preset"} {
 		delete(local, k)
 		delete(remote, k)
 	}
@@ -237,7 +244,8 @@ func TestDevinfoConnect(t *testing.T) {
 	assert.Equal(t, "small", d.Preset)
 	assert.Equal(t, "matched", d.PresetFrom)
 	assert.Equal(t, sock, d.Source)
-	assert.EqualValues(t, 5, d.Ports[0].LID)
+	assert.EqualValues(t, 0, d.Ports[0].LID)
+	assert.Equal(t, "fe80::2:c903:0:501", d.Ports[0].GIDs[1].GID)
 }
 
 // hcasim devinfo -v and the real ibv_devinfo -v on hcasim's libibverbs
@@ -268,7 +276,7 @@ func TestDevinfoAgreesWithFrontend(t *testing.T) {
 		code, ours, errOut := runCLI("devinfo", "-v", "--connect", sock)
 		require.Equal(t, 0, code, errOut)
 		requireAgree(t, ours, theirs)
-		assert.Equal(t, "::ffff:"+ip, parseDevinfo(ours)["port 1/GID[  0]"])
+		assert.Equal(t, "::ffff:"+ip+", RoCE v2", parseDevinfo(ours)["port 1/GID[  3]"])
 		assert.Equal(t, "0002:c903:0000:0901", parseDevinfo(ours)["node_guid"])
 	})
 	t.Run("sig_caps", func(t *testing.T) {

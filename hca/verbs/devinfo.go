@@ -316,11 +316,19 @@ const (
 	PortCMSup          = 1 << 16
 	PortDeviceMgmtSup  = 1 << 19
 	PortVendorClassSup = 1 << 20
+	PortIPBasedGIDs    = 1 << 26
 )
 
-// GIDTableLen is the port's GID table size: index 0 holds the port's GID,
-// the others are empty.
+// GIDTableLen is the port's GID table size; GIDEntries of its entries are
+// filled (QueryGID), the others are empty.
 const GIDTableLen = 16
+
+// GIDEntries is how many entries of the GID table hold a GID: as Linux
+// fills a RoCE port's table, a RoCE v1 and a RoCE v2 entry for each
+// address — index 0 and 1 the IPv6 link-local GID (fe80:: and the node
+// GUID), 2 and 3 the IPv4-mapped GID of the port's wire address (the
+// daemon's --roce), or of 127.0.0.1 without a wire.
+const GIDEntries = 4
 
 // PortAttr is a port's attributes: ibv_port_attr, field for field.
 type PortAttr struct {
@@ -347,23 +355,22 @@ type PortAttr struct {
 	PortCapFlags2 uint16    `json:"port_cap_flags2"`
 }
 
-// QueryPort returns port's attributes (the device has one port, 1). The
-// LID comes from the device (QUERY_HCA_CAP); the rest is the port the
-// model has: up, 4X EDR, MTU 4096. The link layer is InfiniBand even with
-// a RoCEv2 wire, as on the front end (docs/CONFORMANCE.md).
+// QueryPort returns port's attributes (the device has one port, 1): a
+// RoCE port, as hcasim's wire is RoCEv2 — link layer Ethernet, LID 0 (the
+// device's fabric LID, Context.LID, is the Go driver's own address for
+// in-process peers), up, 4X EDR, MTU 4096.
 func (c *Context) QueryPort(port int) (PortAttr, error) {
 	if port != 1 {
 		return PortAttr{}, fmt.Errorf("query port %d: the device has port 1: %w", port, ErrInvalid)
 	}
-	_, lid, _, err := c.queryCaps()
-	if err != nil {
+	if _, _, _, err := c.queryCaps(); err != nil {
 		return PortAttr{}, fmt.Errorf("query port %d: %w", port, err)
 	}
 	return PortAttr{
 		State: PortActive, MaxMTU: MTU4096, ActiveMTU: MTU4096, GIDTblLen: GIDTableLen,
-		PortCapFlags: PortCMSup | PortDeviceMgmtSup | PortVendorClassSup, MaxMsgSz: 1 << 30, PkeyTblLen: 1,
-		LID: lid, SMLID: lid, MaxVLNum: 1, SubnetTimeout: 18, ActiveWidth: 2, ActiveSpeed: 32, PhysState: 5,
-		LinkLayer: LinkLayerInfiniBand,
+		PortCapFlags: PortCMSup | PortIPBasedGIDs, MaxMsgSz: 1 << 30, PkeyTblLen: 1,
+		MaxVLNum: 1, SubnetTimeout: 18, ActiveWidth: 2, ActiveSpeed: 32, PhysState: 5,
+		LinkLayer: LinkLayerEthernet,
 	}, nil
 }
 
@@ -373,13 +380,12 @@ type GIDType uint8
 // GID types (IBV_GID_TYPE_*).
 const (
 	GIDTypeIB     GIDType = 0
+	GIDTypeRoCEv1 GIDType = 1
 	GIDTypeRoCEv2 GIDType = 2
 )
 
-// QueryGID returns the GID at index of port's table and its type. Index 0
-// is the port's RoCEv2 GID (the daemon's --roce address, IPv4-mapped) when
-// it has a wire, else the link-local fe80:: prefix with the node GUID; the
-// other entries are empty (zero).
+// QueryGID returns the GID at index of port's table and its type (see
+// GIDEntries); an empty entry is the zero GID.
 func (c *Context) QueryGID(port, index int) ([16]byte, GIDType, error) {
 	var g [16]byte
 	if port != 1 || index < 0 || index >= GIDTableLen {
@@ -389,18 +395,22 @@ func (c *Context) QueryGID(port, index int) ([16]byte, GIDType, error) {
 	if err != nil {
 		return g, GIDTypeIB, fmt.Errorf("query gid %d/%d: %w", port, index, err)
 	}
-	switch {
-	case index != 0:
+	if index >= GIDEntries {
 		return g, GIDTypeIB, nil
-	case wire != [16]byte{}:
-		return wire, GIDTypeRoCEv2, nil
+	}
+	typ := GIDTypeRoCEv1 + GIDType(index&1)
+	switch {
+	case index >= 2 && wire != [16]byte{}:
+		return wire, typ, nil
+	case index >= 2:
+		return [16]byte{10: 0xff, 11: 0xff, 12: 127, 15: 1}, typ, nil
 	}
 	g[0], g[1] = 0xfe, 0x80
 	guid := uint64(NodeGUID(lid))
 	for i := range 8 {
 		g[8+i] = byte(guid >> (56 - 8*i))
 	}
-	return g, GIDTypeIB, nil
+	return g, typ, nil
 }
 
 // Signature capability bits, as mlx5dv_sig_caps has them: bit n of a

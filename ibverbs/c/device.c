@@ -275,24 +275,25 @@ int hc_query_device_ex(struct ibv_context *c, const struct ibv_query_device_ex_i
 	return 0;
 }
 
-static void fill_port(struct hc_context *ctx, struct ibv_port_attr *a)
+static void fill_port(struct ibv_port_attr *a)
 {
 	memset(a, 0, sizeof *a);
 	a->state = IBV_PORT_ACTIVE;
 	a->max_mtu = IBV_MTU_4096;
 	a->active_mtu = IBV_MTU_4096;
 	a->gid_tbl_len = HC_GID_TBL_LEN;
-	a->port_cap_flags = IBV_PORT_CM_SUP | IBV_PORT_DEVICE_MGMT_SUP | IBV_PORT_VENDOR_CLASS_SUP;
+	/* A RoCE port, as mlx5 reports one: CM and IP-based GIDs, no LID. */
+	a->port_cap_flags = IBV_PORT_CM_SUP | IBV_PORT_IP_BASED_GIDS;
 	a->max_msg_sz = 1u << 30;
 	a->pkey_tbl_len = 1;
-	a->lid = ctx->caps.lid;
-	a->sm_lid = ctx->caps.lid;
+	a->lid = 0;
+	a->sm_lid = 0;
 	a->max_vl_num = 1;
 	a->subnet_timeout = 18;
 	a->active_width = 2;  /* 4X */
 	a->active_speed = 32; /* EDR */
 	a->phys_state = 5;    /* LinkUp */
-	a->link_layer = IBV_LINK_LAYER_INFINIBAND;
+	a->link_layer = IBV_LINK_LAYER_ETHERNET;
 }
 
 int hc_query_port(struct ibv_context *c, uint8_t port, struct ibv_port_attr *a, size_t len)
@@ -300,7 +301,7 @@ int hc_query_port(struct ibv_context *c, uint8_t port, struct ibv_port_attr *a, 
 	if (port != 1)
 		return EINVAL;
 	struct ibv_port_attr p;
-	fill_port(hc_ctx(c), &p);
+	fill_port(&p);
 	memcpy(a, &p, len < sizeof p ? len : sizeof p);
 	return 0;
 }
@@ -312,57 +313,88 @@ HC_EXPORT int ibv_query_port(struct ibv_context *c, uint8_t port, struct _compat
 	return hc_query_port(c, port, (struct ibv_port_attr *)a, offsetof(struct ibv_port_attr, port_cap_flags2));
 }
 
-/* fill_gid gives the GID at index 0: the port's RoCEv2 GID (the daemon's
- * --roce address, IPv4-mapped) when it has a wire, else fe80:: and the
- * node GUID. The link layer stays InfiniBand either way (docs/CONFORMANCE.md). */
-static void fill_gid(struct hc_context *ctx, union ibv_gid *g)
+/* The port's GID table, as Linux builds a RoCE port's: for each address
+ * of the port a RoCE v1 and a RoCE v2 entry. Index 0 and 1 are the IPv6
+ * link-local form (fe80:: and the node GUID as the interface ID), 2 and 3
+ * the IPv4-mapped form of the daemon's --roce address, or of 127.0.0.1
+ * for a daemon without a wire. The rest are empty. */
+enum { HC_GID_ENTRIES = 4 };
+
+/* hc_gid_entry gives the GID at index and its type (enum ibv_gid_type),
+ * or returns ENODATA for an empty entry. */
+int hc_gid_entry(const struct hc_context *ctx, unsigned index, union ibv_gid *g, unsigned *type)
 {
 	memset(g, 0, sizeof *g);
-	if (ctx->caps.has_gid) {
+	if (index >= HC_GID_ENTRIES)
+		return ENODATA;
+	if (index < 2) {
+		g->global.subnet_prefix = htobe64(0xfe80000000000000ULL);
+		g->global.interface_id = htobe64(hc_guid(ctx->caps.lid));
+	} else if (ctx->caps.has_gid) {
 		memcpy(g->raw, ctx->caps.gid, sizeof g->raw);
-		return;
+	} else {
+		static const uint8_t loop[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 127, 0, 0, 1};
+		memcpy(g->raw, loop, sizeof g->raw);
 	}
-	g->global.subnet_prefix = htobe64(0xfe80000000000000ULL);
-	g->global.interface_id = htobe64(hc_guid(ctx->caps.lid));
+	*type = index & 1 ? IBV_GID_TYPE_ROCE_V2 : IBV_GID_TYPE_ROCE_V1;
+	return 0;
+}
+
+/* hc_check_av checks an address vector against the RoCE port as the
+ * kernel does (rdma_check_ah_attr, rdma_get_gid_attr): a global route is
+ * required (EINVAL), its source GID index must name an entry (EINVAL past
+ * the table, ENODATA for an empty one). 0 if it is good. */
+int hc_check_av(const struct hc_context *ctx, const struct ibv_ah_attr *ah)
+{
+	if (ah->port_num > 1 || !ah->is_global || ah->grh.sgid_index >= HC_GID_TBL_LEN)
+		return EINVAL;
+	union ibv_gid g;
+	unsigned type;
+	return hc_gid_entry(ctx, ah->grh.sgid_index, &g, &type);
 }
 
 HC_EXPORT int ibv_query_gid(struct ibv_context *c, uint8_t port, int index, union ibv_gid *gid)
 {
-	if (port != 1 || index < 0 || index >= HC_GID_TBL_LEN) {
+	if (!c || !gid || port != 1 || index < 0 || index >= HC_GID_TBL_LEN) {
 		errno = EINVAL;
 		return -1;
 	}
-	if (index == 0)
-		fill_gid(hc_ctx(c), gid);
-	else
-		memset(gid, 0, sizeof *gid);
+	unsigned type;
+	hc_gid_entry(hc_ctx(c), (unsigned)index, gid, &type); /* an empty entry reads as zeros */
 	return 0;
 }
 
 HC_EXPORT int _ibv_query_gid_ex(struct ibv_context *c, uint32_t port, uint32_t index, struct ibv_gid_entry *e,
 				uint32_t flags, size_t len)
 {
-	if (flags || port != 1 || len < sizeof *e || index >= HC_GID_TBL_LEN)
+	if (!c || !e || flags || port != 1 || len < sizeof *e || index >= HC_GID_TBL_LEN)
 		return EINVAL;
-	if (index != 0)
-		return ENODATA; /* an empty entry */
+	union ibv_gid g;
+	unsigned type;
+	if (hc_gid_entry(hc_ctx(c), index, &g, &type))
+		return ENODATA;
 	memset(e, 0, len);
-	fill_gid(hc_ctx(c), &e->gid);
-	e->gid_index = 0;
+	e->gid = g;
+	e->gid_index = index;
 	e->port_num = 1;
-	e->gid_type = hc_ctx(c)->caps.has_gid ? IBV_GID_TYPE_ROCE_V2 : IBV_GID_TYPE_IB;
+	e->gid_type = type;
+	e->ndev_ifindex = 0; /* no netdev (docs/CONFORMANCE.md) */
 	return 0;
 }
 
 HC_EXPORT ssize_t _ibv_query_gid_table(struct ibv_context *c, struct ibv_gid_entry *e, size_t max, uint32_t flags,
 				       size_t len)
 {
-	if (flags || len < sizeof *e)
+	if (!c || !e || flags || len < sizeof *e)
 		return -EINVAL;
-	if (max < 1)
-		return -EINVAL;
-	int err = _ibv_query_gid_ex(c, 1, 0, e, 0, len);
-	return err ? -err : 1;
+	if (max < HC_GID_ENTRIES)
+		return -EINVAL; /* rdma-core: the table does not fit */
+	for (unsigned i = 0; i < HC_GID_ENTRIES; i++) {
+		int err = _ibv_query_gid_ex(c, 1, i, (struct ibv_gid_entry *)((char *)e + i * len), 0, len);
+		if (err)
+			return -err;
+	}
+	return HC_GID_ENTRIES;
 }
 
 /* ibv_query_gid_type (IBVERBS_PRIVATE) answers as rdma-core 44's, which
@@ -375,7 +407,10 @@ HC_EXPORT int ibv_query_gid_type(struct ibv_context *c, uint8_t port, unsigned i
 		errno = EINVAL;
 		return -1;
 	}
-	*type = index == 0 && hc_ctx(c)->caps.has_gid ? IBV_GID_TYPE_SYSFS_ROCE_V2 : IBV_GID_TYPE_SYSFS_IB_ROCE_V1;
+	union ibv_gid g;
+	unsigned t = IBV_GID_TYPE_ROCE_V1;
+	hc_gid_entry(hc_ctx(c), index, &g, &t);
+	*type = t == IBV_GID_TYPE_ROCE_V2 ? IBV_GID_TYPE_SYSFS_ROCE_V2 : IBV_GID_TYPE_SYSFS_IB_ROCE_V1;
 	return 0;
 }
 
@@ -861,9 +896,13 @@ struct hc_ah {
 
 HC_EXPORT struct ibv_ah *ibv_create_ah(struct ibv_pd *pd, struct ibv_ah_attr *attr)
 {
-	if (!pd || !attr || attr->port_num != 1 || (!attr->dlid && !attr->is_global) ||
-	    (attr->is_global && attr->grh.sgid_index >= HC_GID_TBL_LEN)) {
+	if (!pd || !attr || attr->port_num != 1) {
 		errno = EINVAL;
+		return NULL;
+	}
+	int err = hc_check_av(hc_ctx(pd->context), attr);
+	if (err) {
+		errno = err;
 		return NULL;
 	}
 	struct hc_ah *a = calloc(1, sizeof *a);

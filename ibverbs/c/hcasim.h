@@ -398,6 +398,8 @@ int hc_query_device_ex(struct ibv_context *c, const struct ibv_query_device_ex_i
 struct ibv_cq_ex *hc_create_cq_ex(struct ibv_context *c, struct ibv_cq_init_attr_ex *a);
 void hc_fill_unimplemented_ops(struct hc_context *ctx);
 uint64_t hc_guid(uint16_t lid);
+int hc_check_av(const struct hc_context *ctx, const struct ibv_ah_attr *ah);
+int hc_gid_entry(const struct hc_context *ctx, unsigned index, union ibv_gid *g, unsigned *type);
 
 /* IBVERBS_PRIVATE symbols whose prototypes are in rdma-core 44's
  * infiniband/driver.h, which Debian does not install: declared here exactly

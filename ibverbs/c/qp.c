@@ -379,6 +379,11 @@ HC_EXPORT int ibv_modify_qp(struct ibv_qp *q, struct ibv_qp_attr *a, int mask)
 	     (a->qp_access_flags & ~(unsigned)(IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
 					       IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_MW_BIND))))
 		return EINVAL;
+	if (mask & IBV_QP_AV) {
+		int err = hc_check_av(ctx, &a->ah_attr);
+		if (err)
+			return err;
+	}
 	if (cmd < 0) {
 		/* SQD -> SQD: attributes only; the device keeps them as they were. */
 		return 0;
@@ -1151,7 +1156,10 @@ int hc_umr_modify(struct ibv_pd *cur_pd, uint32_t key, int change_access, uint8_
 	}
 	if (!err) {
 		struct ibv_qp_attr a = {.qp_state = IBV_QPS_RTR, .path_mtu = IBV_MTU_1024, .dest_qp_num = q->qp_num,
-					.ah_attr = {.dlid = hc_ctx(c)->caps.lid, .port_num = 1}, .min_rnr_timer = 12};
+					.ah_attr = {.is_global = 1, .port_num = 1}, .min_rnr_timer = 12};
+		unsigned type;
+		hc_gid_entry(hc_ctx(c), 3, &a.ah_attr.grh.dgid, &type);
+		a.ah_attr.grh.sgid_index = 3;
 		err = ibv_modify_qp(q, &a,
 				    IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
 					    IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);

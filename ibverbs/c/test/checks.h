@@ -53,7 +53,7 @@ static inline struct ibv_context *open_first(uint16_t *lid)
 }
 
 /* rc_to_rtr moves qp through INIT to RTR toward QP dest at lid, at path
- * MTU mtu, with a global route to dgid when it is not NULL, and remote
+ * MTU mtu, with a global route to dgid (the port's own GID when NULL), and remote
  * access flags access. It returns 0, or -1 with errno set. */
 static inline int rc_to_rtr(struct ibv_qp *qp, uint32_t dest, uint16_t lid, const union ibv_gid *dgid,
 			    enum ibv_mtu mtu, unsigned access)
@@ -67,12 +67,15 @@ static inline int rc_to_rtr(struct ibv_qp *qp, uint32_t dest, uint16_t lid, cons
 	a.dest_qp_num = dest;
 	a.ah_attr.dlid = lid;
 	a.ah_attr.port_num = 1;
-	if (dgid) {
-		a.ah_attr.is_global = 1;
+	/* The port is RoCE: a global route always, to the port's own
+	 * IPv4-mapped RoCEv2 GID (index 3) when no dgid is given. */
+	a.ah_attr.is_global = 1;
+	a.ah_attr.grh.sgid_index = 3;
+	a.ah_attr.grh.hop_limit = 64;
+	if (dgid)
 		a.ah_attr.grh.dgid = *dgid;
-		a.ah_attr.grh.sgid_index = 0;
-		a.ah_attr.grh.hop_limit = 64;
-	}
+	else if (ibv_query_gid(qp->context, 1, 3, &a.ah_attr.grh.dgid))
+		return -1;
 	a.max_dest_rd_atomic = 1;
 	a.min_rnr_timer = 12;
 	return ibv_modify_qp(qp, &a,

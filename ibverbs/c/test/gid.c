@@ -88,50 +88,108 @@ int main(int argc, char **argv)
 	if (!pd || !cq)
 		die("pd, cq");
 
-	/* The GID table. */
-	union ibv_gid g0, want;
-	memset(&want, 0, sizeof want);
-	if (wire) {
-		want = mapped(argv[1]);
-	} else {
-		want.global.subnet_prefix = htobe64(0xfe80000000000000ULL);
-		want.global.interface_id = ibv_get_device_guid(ctx->device);
+	/* The GID table of a RoCE port: link-local v1 and v2, then the
+	 * IPv4-mapped address (the wire's, else 127.0.0.1) v1 and v2. */
+	union ibv_gid want[4];
+	memset(want, 0, sizeof want);
+	want[0].global.subnet_prefix = htobe64(0xfe80000000000000ULL);
+	want[0].global.interface_id = ibv_get_device_guid(ctx->device);
+	want[1] = want[0];
+	want[2] = want[3] = mapped(wire ? argv[1] : "127.0.0.1");
+	union ibv_gid g0;
+	for (int i = 0; i < 4; i++) {
+		union ibv_gid g;
+		memset(&g, 0xAA, sizeof g);
+		int r = ibv_query_gid(ctx, 1, i, &g);
+		char name[64];
+		snprintf(name, sizeof name, "query_gid %d", i);
+		CHECK(name, r == 0 && memcmp(&g, &want[i], sizeof g) == 0, "ret %d, GID %s, want %s", r, gidstr(&g),
+		      gidstr(&want[i]));
+		struct ibv_gid_entry e;
+		memset(&e, 0, sizeof e);
+		r = ibv_query_gid_ex(ctx, 1, i, &e, 0);
+		unsigned wtype = i & 1 ? IBV_GID_TYPE_ROCE_V2 : IBV_GID_TYPE_ROCE_V1;
+		snprintf(name, sizeof name, "query_gid_ex %d", i);
+		CHECK(name, r == 0 && memcmp(&e.gid, &want[i], sizeof e.gid) == 0 && e.gid_type == wtype &&
+				    e.gid_index == (uint32_t)i && e.port_num == 1,
+		      "ret %d, GID %s type %u", r, gidstr(&e.gid), e.gid_type);
+		int type = -1;
+		r = ibv_query_gid_type(ctx, 1, (unsigned)i, &type);
+		snprintf(name, sizeof name, "query_gid_type %d", i);
+		CHECK(name, r == 0 && type == (i & 1), "ret %d, type %d", r, type);
 	}
-	int r = ibv_query_gid(ctx, 1, 0, &g0);
-	CHECK("query_gid 0", r == 0 && memcmp(&g0, &want, sizeof g0) == 0, "ret %d, GID %s, want %s", r, gidstr(&g0),
-	      gidstr(&want));
-	union ibv_gid g1;
-	memset(&g1, 0xAA, sizeof g1);
-	r = ibv_query_gid(ctx, 1, 1, &g1);
-	CHECK("query_gid 1 is empty", r == 0 && g1.global.subnet_prefix == 0 && g1.global.interface_id == 0,
-	      "ret %d, GID %s", r, gidstr(&g1));
+	g0 = want[3];
+	union ibv_gid g4;
+	memset(&g4, 0xAA, sizeof g4);
+	int r = ibv_query_gid(ctx, 1, 4, &g4);
+	CHECK("query_gid 4 is empty", r == 0 && g4.global.subnet_prefix == 0 && g4.global.interface_id == 0,
+	      "ret %d, GID %s", r, gidstr(&g4));
 	struct ibv_gid_entry e;
-	memset(&e, 0, sizeof e);
-	r = ibv_query_gid_ex(ctx, 1, 0, &e, 0);
-	unsigned wtype = wire ? IBV_GID_TYPE_ROCE_V2 : IBV_GID_TYPE_IB;
-	CHECK("query_gid_ex 0", r == 0 && memcmp(&e.gid, &want, sizeof want) == 0 && e.gid_type == wtype &&
-					e.gid_index == 0 && e.port_num == 1,
-	      "ret %d, GID %s type %u, want %s type %u", r, gidstr(&e.gid), e.gid_type, gidstr(&want), wtype);
-	r = ibv_query_gid_ex(ctx, 1, 1, &e, 0);
-	CHECK("query_gid_ex 1 is ENODATA", r == ENODATA, "ret %d", r);
-	struct ibv_gid_entry tab[4];
-	ssize_t n = ibv_query_gid_table(ctx, tab, 4, 0);
-	CHECK("query_gid_table", n == 1 && memcmp(&tab[0].gid, &want, sizeof want) == 0 && tab[0].gid_type == wtype,
-	      "ret %zd, type %u", n, n > 0 ? tab[0].gid_type : 0);
+	r = ibv_query_gid_ex(ctx, 1, 4, &e, 0);
+	CHECK("query_gid_ex 4 is ENODATA", r == ENODATA, "ret %d", r);
+	r = ibv_query_gid_ex(ctx, 1, 1000, &e, 0);
+	CHECK("query_gid_ex past the table is EINVAL", r == EINVAL, "ret %d", r);
+	struct ibv_gid_entry tab[8];
+	ssize_t n = ibv_query_gid_table(ctx, tab, 8, 0);
+	CHECK("query_gid_table: 4 entries", n == 4 && memcmp(&tab[3].gid, &want[3], sizeof want[3]) == 0 &&
+						    tab[3].gid_type == IBV_GID_TYPE_ROCE_V2 && tab[0].gid_type == IBV_GID_TYPE_ROCE_V1,
+	      "ret %zd", n);
+	n = ibv_query_gid_table(ctx, tab, 2, 0);
+	CHECK("query_gid_table into a short array", n < 0, "ret %zd", n);
 	int type = -1;
-	r = ibv_query_gid_type(ctx, 1, 0, &type);
-	CHECK("query_gid_type 0", r == 0 && type == (wire ? 1 : 0), "ret %d, type %d", r, type);
-	type = -1;
-	r = ibv_query_gid_type(ctx, 1, 1, &type);
+	r = ibv_query_gid_type(ctx, 1, 4, &type);
 	CHECK("query_gid_type of an empty entry", r == 0 && type == 0, "ret %d, type %d", r, type);
 	errno = 0;
 	r = ibv_query_gid_type(ctx, 1, 1000, &type);
 	CHECK("query_gid_type past the table", r == -1 && errno == EINVAL, "ret %d, errno %d", r, errno);
 	struct ibv_port_attr pa;
 	r = ibv_query_port(ctx, 1, &pa);
-	CHECK("link layer InfiniBand with a LID",
-	      r == 0 && pa.link_layer == IBV_LINK_LAYER_INFINIBAND && pa.lid != 0 && pa.gid_tbl_len >= 1,
-	      "ret %d, link layer %d, LID %u", r, pa.link_layer, pa.lid);
+	CHECK("a RoCE port: link layer Ethernet, LID 0, IP-based GIDs",
+	      r == 0 && pa.link_layer == IBV_LINK_LAYER_ETHERNET && pa.lid == 0 &&
+		      (pa.port_cap_flags & IBV_PORT_IP_BASED_GIDS) && pa.gid_tbl_len >= 4,
+	      "ret %d, link layer %d, LID %u, flags %#x", r, pa.link_layer, pa.lid, pa.port_cap_flags);
+
+	/* Address vectors on RoCE need a global route with a real source
+	 * GID, in a QP's path and in an AH. */
+	{
+		struct ibv_qp *q = make_qp();
+		struct ibv_qp_attr x = {.qp_state = IBV_QPS_INIT, .port_num = 1};
+		if (ibv_modify_qp(q, &x, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS))
+			die("init");
+		int mask = IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+			   IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
+		struct ibv_qp_attr rtr = {.qp_state = IBV_QPS_RTR, .path_mtu = IBV_MTU_1024, .dest_qp_num = q->qp_num,
+					  .ah_attr = {.dlid = 1, .port_num = 1}, .max_dest_rd_atomic = 1, .min_rnr_timer = 12};
+		errno = 0;
+		r = ibv_modify_qp(q, &rtr, mask);
+		CHECK("RTR without a GRH is EINVAL", r == EINVAL, "ret %d", r);
+		rtr.ah_attr.is_global = 1;
+		rtr.ah_attr.grh.dgid = g0;
+		rtr.ah_attr.grh.sgid_index = 4;
+		r = ibv_modify_qp(q, &rtr, mask);
+		CHECK("RTR from an empty source GID is ENODATA", r == ENODATA, "ret %d", r);
+		rtr.ah_attr.grh.sgid_index = 200;
+		r = ibv_modify_qp(q, &rtr, mask);
+		CHECK("RTR from a source GID past the table is EINVAL", r == EINVAL, "ret %d", r);
+		struct ibv_qp_attr qa0;
+		struct ibv_qp_init_attr qia;
+		r = ibv_query_qp(q, &qa0, IBV_QP_STATE, &qia);
+		CHECK("the refused QP stays in INIT", r == 0 && qa0.qp_state == IBV_QPS_INIT, "state %d", qa0.qp_state);
+		ibv_destroy_qp(q);
+
+		struct ibv_ah_attr ah = {.dlid = 1, .port_num = 1};
+		errno = 0;
+		struct ibv_ah *h = ibv_create_ah(pd, &ah);
+		CHECK("create_ah without a GRH is EINVAL", !h && errno == EINVAL, "ah %p errno %d", (void *)h, errno);
+		ah.is_global = 1;
+		ah.grh.dgid = g0;
+		ah.grh.sgid_index = 3;
+		ah.grh.hop_limit = 64;
+		h = ibv_create_ah(pd, &ah);
+		CHECK("create_ah with a GRH", h != NULL, "errno %d", errno);
+		if (h)
+			ibv_destroy_ah(h);
+	}
 
 	/* Two QPs of this port connected with a global route to the port's
 	 * own GID: the device's fabric carries them (not the wire), at the
@@ -176,14 +234,31 @@ int main(int argc, char **argv)
 	CHECK("SEND over the own GID", got == 2 && !bad && memcmp(buf, buf + 8192, 8192) == 0, "%d completions, %d bad",
 	      got, bad);
 
-	/* A QP without a global route: not global, its MTU. */
-	struct ibv_qp *qc = make_qp();
-	if (to_rtr(qc, qa->qp_num, IBV_MTU_256, NULL))
-		die("RTR without a GRH");
-	r = path(qc, &a);
-	CHECK("query_qp: no global route", r == 0 && a.path_mtu == IBV_MTU_256 && !a.ah_attr.is_global &&
-						   a.qp_state == IBV_QPS_RTR,
-	      "ret %d, MTU %d, global %d, state %d", r, a.path_mtu, a.ah_attr.is_global, a.qp_state);
+	/* Two QPs connected over the link-local RoCE v2 GID (index 1): this
+	 * port's fabric too, with a wire or without. */
+	struct ibv_qp *qc = make_qp(), *qe = make_qp();
+	if (to_rtr(qc, qe->qp_num, IBV_MTU_1024, &want[1]) || to_rtr(qe, qc->qp_num, IBV_MTU_1024, &want[1]) ||
+	    to_rts(qc) || to_rts(qe))
+		die("connect over the link-local GID");
+	rs.addr = (uintptr_t)buf + 8192;
+	memset(buf + 8192, 0, 8192);
+	if (ibv_post_recv(qe, &rw, &rbad) || ibv_post_send(qc, &sw, &sbad))
+		die("post");
+	got = bad = 0;
+	for (long spins = 0; got < 2 && spins < 200000000L; spins++) {
+		struct ibv_wc wc;
+		int k = ibv_poll_cq(cq, 1, &wc);
+		if (k < 0)
+			die("poll");
+		if (k == 1) {
+			got++;
+			if (wc.status != IBV_WC_SUCCESS)
+				bad++;
+		}
+	}
+	CHECK("SEND over the link-local GID", got == 2 && !bad && memcmp(buf, buf + 8192, 8192) == 0,
+	      "%d completions, %d bad", got, bad);
+	ibv_destroy_qp(qe);
 
 	/* A QP toward another host's GID (RTR only: nothing is sent). */
 	if (argc > 2) {
@@ -201,8 +276,9 @@ int main(int argc, char **argv)
 		if (ibv_modify_qp(qd, &x, IBV_QP_STATE) || to_rtr(qd, 0x123, IBV_MTU_4096, NULL))
 			die("reset and RTR again");
 		r = path(qd, &a);
-		CHECK("query_qp: a new path after RESET", r == 0 && a.path_mtu == IBV_MTU_4096 && !a.ah_attr.is_global,
-		      "ret %d, MTU %d, global %d", r, a.path_mtu, a.ah_attr.is_global);
+		CHECK("query_qp: a new path after RESET", r == 0 && a.path_mtu == IBV_MTU_4096 && a.ah_attr.is_global &&
+								  memcmp(&a.ah_attr.grh.dgid, &g0, sizeof g0) == 0,
+		      "ret %d, MTU %d, global %d, GID %s", r, a.path_mtu, a.ah_attr.is_global, gidstr(&a.ah_attr.grh.dgid));
 		ibv_destroy_qp(qd);
 	}
 	ibv_destroy_qp(qc);

@@ -41,7 +41,10 @@ static int to_init(struct ibv_qp *qp)
 static int to_rtr(struct ibv_qp *qp, uint32_t dest, int extra)
 {
 	struct ibv_qp_attr a = {.qp_state = IBV_QPS_RTR, .path_mtu = IBV_MTU_1024, .dest_qp_num = dest,
-				.ah_attr = {.dlid = lid, .port_num = 1}, .max_dest_rd_atomic = 1, .min_rnr_timer = 12};
+				.ah_attr = {.is_global = 1, .grh = {.sgid_index = 3, .hop_limit = 64}, .port_num = 1},
+				.max_dest_rd_atomic = 1, .min_rnr_timer = 12};
+	if (ibv_query_gid(qp->context, 1, 3, &a.ah_attr.grh.dgid))
+		return errno;
 	return ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN | extra);
 }
 
