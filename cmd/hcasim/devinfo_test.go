@@ -225,7 +225,7 @@ func TestDevinfoConnect(t *testing.T) {
 		"node_guid": "0002:c903:0000:0501", "port 1/port_lid": "0", "port 1/sm_lid": "0", "max_qp": "32",
 		"port 1/GID[  0]": "fe80:0000:0000:0000:0002:c903:0000:0501, RoCE v1", "port 1/state": "PORT_ACTIVE (4)",
 		"port 1/GID[  1]": "fe80::2:c903:0:501, RoCE v2",
-		"preset": fmt.Sprintf("small (the capabilities of the daemon at %s)", sock),
+		"preset":          fmt.Sprintf("small (the capabilities of the daemon at %s)", sock),
 	} {
 		assert.Equal(t, v, remote[k], k)
 	}
