@@ -106,6 +106,7 @@ const (
 //
 //	 0..15  reserved (requester) / various offload fields
 //	16..31  sig: expected_trans_sig, actual_trans_sig, expected_reftag, actual_reftag
+//	24      flags_rqpn (BE32): [29:28] GRH present, [25:24] RoCE L3 type, [23:0] source QP (UD responder)
 //	32      srqn_uidx (BE32)          sig: syndrome BE16, sig_type, domain
 //	36      imm_inval_pkey (BE32)     sig: mkey
 //	40      reserved                  sig: err_offset BE64
@@ -123,6 +124,7 @@ const (
 	offActualTransSig   = 20 // sig: BE32
 	offExpectedRefTag   = 24 // sig: BE32
 	offActualRefTag     = 28 // sig: BE32
+	offFlagsRQPN        = 24 // flags_rqpn BE32
 	offSRQN             = 32 // srqn_uidx BE32
 	offSigSyndrome      = 32 // sig: syndrome BE16
 	offSigType          = 34 // sig: sig_type
@@ -177,12 +179,28 @@ type Fields struct {
 	Immediate  uint32 // responder: immediate data or the invalidated rkey
 	SRQN       uint32
 	Timestamp  uint64
+	// Responder CQEs of UD QPs (flags_rqpn): the source QP, whether the
+	// buffer starts with a GRH, and on RoCE the network header it came in.
+	SrcQP uint32
+	GRH   bool
+	L3    L3Type
 	// Error CQEs.
 	Syndrome       Syndrome
 	VendorSyndrome uint8
 	// Signature error CQEs.
 	Sig SigFields
 }
+
+// L3Type is the network header a RoCE packet came in (flags_rqpn bits
+// 25:24, MLX5_CQE_ROCE_L3_HEADER_TYPE_*).
+type L3Type uint8
+
+// Network header types.
+const (
+	L3GRH  L3Type = 0 // RoCE v1: a GRH
+	L3IPv6 L3Type = 1
+	L3IPv4 L3Type = 2
+)
 
 // SigFields are the fields of a signature error CQE.
 type SigFields struct {
@@ -217,6 +235,11 @@ func (c CQE) Encode(f *Fields, owner uint8) (last [4]byte) {
 		c[offVendorSyndrome], c[offSyndrome] = f.VendorSyndrome, uint8(f.Syndrome)
 		binary.BigEndian.PutUint32(c[offSopDropQPN:], uint32(f.WQEOpcode)<<24|f.QPN&0xFFFFFF)
 	default:
+		fr := f.SrcQP&0xFFFFFF | uint32(f.L3&3)<<24
+		if f.GRH {
+			fr |= 1 << 28
+		}
+		binary.BigEndian.PutUint32(c[offFlagsRQPN:], fr)
 		binary.BigEndian.PutUint32(c[offSRQN:], f.SRQN)
 		binary.BigEndian.PutUint32(c[offImmediate:], f.Immediate)
 		binary.BigEndian.PutUint32(c[offByteCount:], f.ByteCount)
@@ -256,6 +279,8 @@ func (c CQE) Fields() Fields {
 		f.WQEOpcode = c[offSopDropQPN]
 		f.Syndrome, f.VendorSyndrome = c.Syndrome(), c.VendorSyndrome()
 	default:
+		fr := binary.BigEndian.Uint32(c[offFlagsRQPN:])
+		f.SrcQP, f.GRH, f.L3 = fr&0xFFFFFF, fr>>28&3 != 0, L3Type(fr>>24&3)
 		f.SRQN = binary.BigEndian.Uint32(c[offSRQN:])
 		f.Immediate = c.Immediate()
 		f.ByteCount = c.ByteCount()

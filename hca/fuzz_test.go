@@ -20,9 +20,9 @@ func FuzzCommand(f *testing.F) {
 		ifc.CmdRST2INIT, ifc.CmdCreatePSV, ifc.CmdDestroyQP, ifc.CmdCreateSRQ, ifc.CmdDestroySRQ, ifc.CmdQuerySRQ, ifc.CmdArmRQ, ifc.CmdModifyCQ, 0xFFFF} {
 		f.Add([]byte(ifc.NewIn(op, 64)))
 	}
-	// A valid UC CREATE_QP on the fixture's PD and CQ, and one with a
+	// A valid UC and UD CREATE_QP on the fixture's PD and CQ, and one with a
 	// transport the device does not have.
-	for _, typ := range []uint8{ifc.QPTypeUC, 7} {
+	for _, typ := range []uint8{ifc.QPTypeUC, ifc.QPTypeUD, 7} {
 		f.Add([]byte(ifc.NewIn(ifc.CmdCreateQP, ifc.QPInSize).Put32(ifc.QPInPD, 1).Put32(ifc.QPInSendCQ, 1).Put32(ifc.QPInRecvCQ, 1).
 			Put8(ifc.QPInLogSQ, 4).Put8(ifc.QPInLogRQ, 4).Put8(ifc.QPInLogStride, 4).Put8(ifc.QPInType, typ).Put64(ifc.QPInSQ, 0x10000).Put64(ifc.QPInRQ, 0x20000).Put64(ifc.QPInDBRec, 0x30000)))
 	}

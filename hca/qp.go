@@ -50,6 +50,7 @@ type QP struct {
 	srq       *SRQ // the SRQ the responder takes receives from, or nil
 	integrity bool
 	uc        bool // an unreliable connected QP (QPTypeUC)
+	ud        bool // an unreliable datagram QP (QPTypeUD, ud.go)
 	drainSig  bool // QPFlagDrainSigErr
 	// sigErr is set when an access of this QP's WQEs through a signature
 	// key met an error (drainSig QPs): its next fenced WQE stops the QP in
@@ -137,6 +138,7 @@ type qpAttr struct {
 	maxDestRD uint8
 	mtuCode   uint8    // the path MTU, IB's encoding: 1 (256) … 5 (4096); 0 means 5
 	remoteGID [16]byte // the peer's GID: another host's routes over the wire
+	qkey      uint32   // a UD QP's Q_Key
 }
 
 // mtu returns the path MTU in bytes.
@@ -167,7 +169,7 @@ func (f *Func) createQP(in ifc.In) ifc.Out {
 	}
 	flags := in.U32(ifc.QPInFlags)
 	qpType := in.U8(ifc.QPInType)
-	if qpType != ifc.QPTypeRC && qpType != ifc.QPTypeUC {
+	if qpType != ifc.QPTypeRC && qpType != ifc.QPTypeUC && qpType != ifc.QPTypeUD {
 		return failOut(ifc.StatusBadParam, uint32(qpType), "QP type %d", qpType)
 	}
 	dbSize := sq.DBRecSize
@@ -182,7 +184,7 @@ func (f *Func) createQP(in ifc.In) ifc.Out {
 	if err != nil {
 		return failOut(ifc.StatusBadParam, 0, "%v", err)
 	}
-	if flags&ifc.QPFlagIntegr != 0 && !c.SignatureHandover {
+	if flags&ifc.QPFlagIntegr != 0 && (!c.SignatureHandover || qpType == ifc.QPTypeUD) {
 		return failOut(ifc.StatusBadParam, 0, "integrity not supported")
 	}
 	pd, scqn, rcqn := in.U32(ifc.QPInPD)&0xFFFFFF, in.U32(ifc.QPInSendCQ)&0xFFFFFF, in.U32(ifc.QPInRecvCQ)&0xFFFFFF
@@ -205,7 +207,7 @@ func (f *Func) createQP(in ifc.In) ifc.Out {
 		return failOut(ifc.StatusBadResource, pd, "no PD %#x", pd)
 	}
 	qp := &QP{
-		fn: f, dev: f.dev, pd: pd, scq: scq, rcq: rcq, srq: srq, integrity: flags&ifc.QPFlagIntegr != 0, uc: qpType == ifc.QPTypeUC, drainSig: flags&ifc.QPFlagDrainSigErr != 0,
+		fn: f, dev: f.dev, pd: pd, scq: scq, rcq: rcq, srq: srq, integrity: flags&ifc.QPFlagIntegr != 0, uc: qpType == ifc.QPTypeUC, ud: qpType == ifc.QPTypeUD, drainSig: flags&ifc.QPFlagDrainSigErr != 0,
 		sqr: sqr, rqBuf: rqBuf, rqDB: db[sq.DBRecRecv : sq.DBRecRecv+4], rqLog: logRQ, rqStride: logStride,
 		bell: make(chan struct{}, 1), rbell: make(chan struct{}, 1),
 		acks: newMbox[response](inboxSize), inbox: newMbox[*request](inboxSize), stop: make(chan struct{}),
@@ -307,6 +309,11 @@ func (f *Func) modifyQP(op uint16, in ifc.In) ifc.Out {
 		(op == ifc.CmdINIT2INIT || op == ifc.CmdRTS2RTS || op == ifc.CmdSQD2RTS) && opt&ifc.QPOptAccess != 0:
 		a.access = in.U8(ifc.QPCAccess+3) & (ifc.QPAccessRead | ifc.QPAccessWrite | ifc.QPAccessAtomic)
 	}
+	switch {
+	case !qp.ud || len(in) < ifc.QPModifyQKeySize:
+	case op == ifc.CmdRST2INIT, opt&ifc.QPOptQKey != 0 && op != ifc.CmdINIT2RTR:
+		a.qkey = in.U32(ifc.QPCQKey)
+	}
 	switch op {
 	case ifc.CmdINIT2RTR:
 		mtu := in.U8(ifc.QPCMTU)
@@ -378,6 +385,7 @@ func (f *Func) queryQP(qpn uint32) ifc.Out {
 	o.Put8(ifc.QPCMinRNR, a.minRNR).Put8(ifc.QPCTimeout, a.timeout).Put8(ifc.QPCRetry, a.retry).Put8(ifc.QPCRNRRetry, a.rnrRetry)
 	o.Put8(ifc.QPCMaxRD, a.maxRD).Put8(ifc.QPCMaxDestRD, a.maxDestRD).Put8(ifc.QPCMTU, a.mtuCode)
 	copy(o[ifc.QPCRemoteGID:], a.remoteGID[:])
+	o.Put32(ifc.QPCQKey, a.qkey)
 	o.Put16(ifc.QPOutSQCounter, uint16(qp.sqFetched.Load()))
 	return ifc.Out(o)
 }

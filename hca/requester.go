@@ -369,6 +369,10 @@ func (qp *QP) fail(s *reqState, p *pending, synd cq.Syndrome) {
 
 // execute runs one WQE: local work at once, remote work as a request.
 func (qp *QP) execute(s *reqState, a *qpAttr, p *pending, w []byte, f *sq.CtrlFields) {
+	if qp.ud {
+		qp.executeUD(s, a, p, w, f)
+		return
+	}
 	segs := w[sq.CtrlSegSize:]
 	var req *request
 	var synd cq.Syndrome

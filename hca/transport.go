@@ -90,6 +90,16 @@ type request struct {
 	// (sigSlot).
 	sigBuf *sigAccess
 
+	// A UD datagram (ud.go): its source QP and Q_Key (the DETH), the
+	// source and destination GIDs and the traffic class and hop limit of
+	// its GRH; udBuf holds the copy of its payload a UD send takes, kept
+	// across recycling.
+	ud              bool
+	udSrcQP, udQKey uint32
+	udSGID, udDGID  [16]byte
+	udTClass, udHop uint8
+	udBuf           []byte
+
 	// Where the fabric's responder ran the requester's signature transform
 	// (srcSig or dstSig): its first PI error, and whether the transform
 	// could not run, for the requester to report (under memMu).
@@ -196,12 +206,12 @@ func (r *request) recycle() {
 	if r.pkt != nil {
 		r.pkt.put()
 	}
-	buf, sb := r.segBuf, r.sigBuf
+	buf, sb, ub := r.segBuf, r.sigBuf, r.udBuf
 	clear(buf[:cap(buf)])
 	if sb != nil && sb.sig != nil {
 		*sb = sigAccess{} // used: the stream's state goes too
 	}
-	*r = request{segBuf: buf[:0], sigBuf: sb}
+	*r = request{segBuf: buf[:0], sigBuf: sb, udBuf: ub[:0]}
 }
 
 // retire closes the request's memory to responders (see memMu), waiting

@@ -664,12 +664,14 @@ func (w *wire) deliver(from netip.AddrPort, buf *packetBuf, n int) bool {
 	case qp == nil:
 		c.rxDropped.Add(1)
 		return false
+	case t == roce.TransportUD && qp.ud:
+		return w.deliverUD(qp, GIDOf(from.Addr()), buf)
 	case t == roce.TransportUC && qp.uc:
 		// A UC request: served as the RC opcode it mirrors (UC has no
 		// responses).
 		p.Opcode &^= roce.UCBase
-	case t != roce.TransportRC || qp.uc:
-		c.rxDropped.Add(1) // UD and XRC packets, or a transport the QP does not have
+	case t != roce.TransportRC || qp.uc || qp.ud:
+		c.rxDropped.Add(1) // XRC packets, or a transport the QP does not have
 		return false
 	}
 	_, a, _ := qp.snapshot()

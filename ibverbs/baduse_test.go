@@ -153,3 +153,13 @@ func TestUCVerbs(t *testing.T) {
 	bin := buildC(t, filepath.Join("c", "test", "uc.c"), "-libverbs", "-lmlx5")
 	runChecks(t, lib, frontendtest.Daemon(t), bin, 18)
 }
+
+// TestUDVerbs: UD QPs through the front end (c/test/ud.c) — the state
+// machine with its Q_Key, SEND and SEND with immediate carrying the GRH
+// and src_qp, the Q_Key rules, short buffers and the MTU, an AH made from
+// a completion, and ibv_wr_set_ud_addr.
+func TestUDVerbs(t *testing.T) {
+	lib := frontendtest.Lib(t)
+	bin := buildC(t, filepath.Join("c", "test", "ud.c"), "-libverbs")
+	runChecks(t, lib, frontendtest.Daemon(t), bin, 20)
+}

@@ -145,6 +145,25 @@ func TestUCPingpong(t *testing.T) {
 	}
 }
 
+// TestUDPingpong: ibv_ud_pingpong's UD QPs, addressed by an AH to GID 3,
+// exchange their SENDs (each receive buffer headed by the GRH).
+func TestUDPingpong(t *testing.T) {
+	lib := frontendtest.Lib(t)
+	pp := frontendtest.Need(t, "ibv_ud_pingpong", "ibverbs-utils")
+	sock := frontendtest.Daemon(t)
+	for _, opts := range [][]string{nil, {"-s", "4096"}, {"-e"}} {
+		t.Run(strings.Join(append([]string{"opts"}, opts...), " "), func(t *testing.T) {
+			args := append([]string{pp, "-d", "hcasim0", "-g", "3", "-n", "200"}, opts...)
+			so, co := frontendtest.Pair(t, 60*time.Second, lib, sock, args, args)
+			for _, o := range []string{so, co} {
+				if !strings.Contains(o, "200 iters in") {
+					t.Errorf("no iteration report:\n%s", o)
+				}
+			}
+		})
+	}
+}
+
 func TestPerftest(t *testing.T) {
 	lib := frontendtest.Lib(t)
 	sock := frontendtest.Daemon(t)
@@ -162,6 +181,8 @@ func TestPerftest(t *testing.T) {
 		{"ib_atomic_bw", []string{"-n", "200"}},
 		{"ib_write_bw", []string{"-c", "UC", "-n", "200"}},
 		{"ib_send_bw", []string{"-c", "UC", "-n", "200"}},
+		{"ib_send_bw", []string{"-c", "UD", "-n", "500"}},
+		{"ib_send_lat", []string{"-c", "UD", "-n", "200"}},
 	} {
 		t.Run(c.prog+" "+strings.Join(c.args, " "), func(t *testing.T) {
 			p := frontendtest.Need(t, c.prog, "perftest")

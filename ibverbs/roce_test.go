@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/hcasim/hcasim/internal/tooltest"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -45,14 +46,14 @@ type roceDaemon struct {
 // (random X.Y, so that tests running at the same time do not share
 // addresses; RoCEv2's UDP port 4791 on each), and returns them once both
 // serve. They are stopped (SIGTERM, then SIGKILL) when the test ends.
-func startRoCEPair(t *testing.T) (a, b *roceDaemon) {
+func startRoCEPair(t *testing.T, extraA ...string) (a, b *roceDaemon) {
 	t.Helper()
 	bin := hcasimBinary(t)
 	var errs []string
 	for try := 0; try < 4; try++ {
 		x, y := 1+rand.IntN(254), rand.IntN(256)
 		dir := t.TempDir()
-		a = startRoCE(t, bin, filepath.Join(dir, "a.sock"), fmt.Sprintf("127.%d.%d.2", x, y), 2)
+		a = startRoCE(t, bin, filepath.Join(dir, "a.sock"), fmt.Sprintf("127.%d.%d.2", x, y), 2, extraA...)
 		b = startRoCE(t, bin, filepath.Join(dir, "b.sock"), fmt.Sprintf("127.%d.%d.3", x, y), 3)
 		okA, okB := a.waitServing(15*time.Second), b.waitServing(15*time.Second)
 		if okA && okB {
@@ -68,10 +69,10 @@ func startRoCEPair(t *testing.T) (a, b *roceDaemon) {
 	return nil, nil
 }
 
-func startRoCE(t *testing.T, bin, sock, ip string, lid int) *roceDaemon {
+func startRoCE(t *testing.T, bin, sock, ip string, lid int, extra ...string) *roceDaemon {
 	t.Helper()
 	d := &roceDaemon{bin: bin, sock: sock, ip: ip, out: &bytes.Buffer{}, exited: make(chan struct{})}
-	d.cmd = exec.Command(bin, "serve", "--socket", sock, "--roce", ip, "--lid", strconv.Itoa(lid))
+	d.cmd = exec.Command(bin, append([]string{"serve", "--socket", sock, "--roce", ip, "--lid", strconv.Itoa(lid)}, extra...)...)
 	d.cmd.Stdout, d.cmd.Stderr = d.out, d.out
 	if err := d.cmd.Start(); err != nil {
 		t.Fatalf("start hcasim serve: %v", err)
@@ -233,6 +234,18 @@ func TestRoCE(t *testing.T) {
 		})
 	})
 
+	t.Run("ibv_ud_pingpong -g 3", func(t *testing.T) {
+		up := frontendtest.Need(t, "ibv_ud_pingpong", "ibverbs-utils")
+		wire(t, func() {
+			so, co := pairAcross(t, 60*time.Second, lib, a, b, []string{up, "-d", "hcasim0", "-g", "3", "-n", "200"})
+			for _, o := range []string{so, co} {
+				if !strings.Contains(o, "200 iters in") {
+					t.Errorf("no iteration report:\n%s", o)
+				}
+			}
+		})
+	})
+
 	t.Run("ibv_srq_pingpong -q 4 -g 3", func(t *testing.T) {
 		sp := frontendtest.Need(t, "ibv_srq_pingpong", "ibverbs-utils")
 		wire(t, func() {
@@ -268,5 +281,56 @@ func TestRoCE(t *testing.T) {
 				}
 			})
 		})
+	}
+}
+
+// TestRoCEUDCapture: ibv_ud_pingpong across two daemons, daemon A
+// capturing its port: every UD datagram is a UD SEND ONLY packet whose
+// DETH carries the program's Q_Key (0x11111111) and its source QP, as
+// tshark's InfiniBand dissector reads them, with nothing malformed.
+func TestRoCEUDCapture(t *testing.T) {
+	lib := frontendtest.Lib(t)
+	up := frontendtest.Need(t, "ibv_ud_pingpong", "ibverbs-utils")
+	tshark := tooltest.Need(t, "tshark", "tshark")
+	pcap := filepath.Join(t.TempDir(), "a.pcap")
+	a, b := startRoCEPair(t, "--pcap", pcap)
+	so, co := pairAcross(t, 60*time.Second, lib, a, b, []string{up, "-d", "hcasim0", "-g", "3", "-n", "20"})
+	for _, o := range []string{so, co} {
+		if !strings.Contains(o, "20 iters in") {
+			t.Fatalf("no iteration report:\n%s", o)
+		}
+	}
+	a.stop() // the daemon flushes its capture as it exits
+	b.stop()
+	run := func(args ...string) string {
+		cmd := exec.Command(tshark, append([]string{"-r", pcap}, args...)...)
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr // tshark's warnings (running as root) go here
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("tshark %v: %v\n%s", args, err, stderr.String())
+		}
+		return string(out)
+	}
+	lines := strings.Fields(run("-Y", "infiniband.bth.opcode == 0x64", "-T", "fields", "-E", "separator=;",
+		"-e", "infiniband.deth.q_key", "-e", "infiniband.deth.srcqp", "-e", "infiniband.bth.destqp"))
+	// A sends and receives 20 or more (ibv_ud_pingpong posts receives
+	// ahead and may send one more than it counts).
+	if len(lines) < 40 {
+		t.Fatalf("%d UD SEND ONLY frames in A's capture, want at least 40:\n%s", len(lines), strings.Join(lines, "\n"))
+	}
+	for _, l := range lines {
+		f := strings.Split(l, ";")
+		if len(f) != 3 {
+			t.Fatalf("tshark line %q", l)
+		}
+		qkey, err1 := strconv.ParseUint(f[0], 0, 64)
+		src, err2 := strconv.ParseUint(f[1], 0, 32)
+		if err1 != nil || err2 != nil || qkey != 0x11111111 || src == 0 {
+			t.Errorf("UD frame %q: Q_Key %#x (want 0x11111111), source QP %#x", l, qkey, src)
+		}
+	}
+	if bad := strings.TrimSpace(run("-Y", "_ws.malformed || (udp.dstport == 4791 && !infiniband)")); bad != "" {
+		t.Errorf("malformed or undecoded frames:\n%s", bad)
 	}
 }

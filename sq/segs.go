@@ -197,3 +197,56 @@ func (a AtomicSeg) Encode(f *AtomicFields) {
 	binary.BigEndian.PutUint64(a, f.SwapAdd)
 	binary.BigEndian.PutUint64(a[8:], f.Compare)
 }
+
+// DatagramSegSize is the size of the datagram segment of a UD send WQE.
+const DatagramSegSize = 48
+
+// DatagramSeg is a view of the datagram segment (mlx5_wqe_datagram_seg,
+// its mlx5_wqe_av) that follows the control segment of a UD send WQE.
+//
+//	0: qkey  4: reserved  8: dqp_dct (bit 31 extended AV, 23:0 dest QPN)
+//	12: stat_rate_sl  13: fl_mlid  14: rlid (BE16)  16: reserved(4)
+//	20: rmac(6)  26: tclass  27: hop_limit
+//	28: grh_gid_fl (bit 30 GRH, 27:20 sgid index, 19:0 flow label)
+//	32: rgid(16)
+type DatagramSeg []byte
+
+// DatagramFields are the fields of a datagram segment.
+type DatagramFields struct {
+	QKey      uint32
+	DestQPN   uint32
+	RLID      uint16
+	TClass    uint8
+	HopLimit  uint8
+	GRH       bool
+	SGIDIndex uint8
+	FlowLabel uint32
+	RGID      [16]byte
+}
+
+// Fields decodes the segment.
+func (d DatagramSeg) Fields() DatagramFields {
+	g := binary.BigEndian.Uint32(d[28:])
+	f := DatagramFields{
+		QKey: binary.BigEndian.Uint32(d), DestQPN: binary.BigEndian.Uint32(d[8:]) & 0xFFFFFF,
+		RLID: binary.BigEndian.Uint16(d[14:]), TClass: d[26], HopLimit: d[27],
+		GRH: g&(1<<30) != 0, SGIDIndex: uint8(g >> 20), FlowLabel: g & 0xFFFFF,
+	}
+	copy(f.RGID[:], d[32:48])
+	return f
+}
+
+// Encode writes f into the segment (the reserved bytes and rmac zeroed).
+func (d DatagramSeg) Encode(f *DatagramFields) {
+	clear(d[:DatagramSegSize])
+	binary.BigEndian.PutUint32(d, f.QKey)
+	binary.BigEndian.PutUint32(d[8:], f.DestQPN&0xFFFFFF)
+	binary.BigEndian.PutUint16(d[14:], f.RLID)
+	d[26], d[27] = f.TClass, f.HopLimit
+	g := uint32(f.SGIDIndex)<<20 | f.FlowLabel&0xFFFFF
+	if f.GRH {
+		g |= 1 << 30
+	}
+	binary.BigEndian.PutUint32(d[28:], g)
+	copy(d[32:48], f.RGID[:])
+}

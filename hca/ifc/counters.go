@@ -21,7 +21,7 @@ type PortCounters struct {
 	InjectedCorrupt    uint64
 	InjectedDelay      uint64
 	NotPeer            uint64 // requests dropped: from a QP or host other than the QP's connected peer
-	MsgDropped         uint64 // UC messages a responder dropped silently: no receive WQE, a bad R_Key, too long, lost packets
+	MsgDropped         uint64 // UC messages and UD datagrams a responder dropped silently: no receive WQE, a bad R_Key or Q_Key, too long, lost packets
 }
 
 // Values returns the counters in field order (the QUERY_PORT_COUNTERS

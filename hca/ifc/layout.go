@@ -73,6 +73,7 @@ const (
 	QPInSize      = 56
 	QPTypeRC      = 0 // reliable connected
 	QPTypeUC      = 1 // unreliable connected: no ACKs, a lost packet drops its message
+	QPTypeUD      = 2 // unreliable datagram: each send names its destination (mlx5 st UD)
 	QPFlagIntegr  = 1
 	QPFlagDBHint  = 2 // model extension: the send activity hint (sq.DBRecHintSize)
 	// QPFlagDrainSigErr is signature pipelining (mlx5's drain_sigerr QP
@@ -104,12 +105,19 @@ const (
 	QPModifySize    = 48 // the shortest modify input; the remote GID follows in a longer one
 	QPCRemoteGID    = 48 // INIT2RTR: 16 bytes, the peer's GID (zero: a LID on the fabric)
 	QPModifyGIDSize = 64
-	QPOutState      = 8  // QUERY_QP output: the state byte, then the context from 16
-	QPOutSQCounter  = 44 // QUERY_QP output: BE16 hw_sq_wqebb_counter, the index of the next send WQE the device fetches
-	QPOutSize       = QPModifyGIDSize
-	QPAccessRead    = 1
-	QPAccessWrite   = 2
-	QPAccessAtomic  = 4
+	// QPCQKey is a UD QP's Q_Key (BE32), in a modify input of at least
+	// QPModifyQKeySize bytes: RST2INIT always takes it, INIT2INIT,
+	// RTR2RTS, RTS2RTS and SQD_RTS with QPOptQKey in the mask (mlx5's
+	// MLX5_QP_OPTPAR_Q_KEY).
+	QPCQKey          = 64
+	QPModifyQKeySize = 68
+	QPOptQKey        = 1 << 8
+	QPOutState       = 8  // QUERY_QP output: the state byte, then the context from 16
+	QPOutSQCounter   = 44 // QUERY_QP output: BE16 hw_sq_wqebb_counter, the index of the next send WQE the device fetches
+	QPOutSize        = QPModifyQKeySize
+	QPAccessRead     = 1
+	QPAccessWrite    = 2
+	QPAccessAtomic   = 4
 
 	// CREATE_SRQ input (output: the SRQN at 8): PD at 8, one byte each of
 	// log WQEs and log WQE stride at 16 and 17, the armed limit at 20, the

@@ -887,20 +887,18 @@ HC_EXPORT enum ibv_rate mbps_to_ibv_rate(int mbps)
 	return IBV_RATE_MAX;
 }
 
-/* Address handles. hcasim models RC only, so an AH is what it is on any
- * device before UD traffic: the attributes, checked and kept. */
-struct hc_ah {
-	struct ibv_ah ah;
-	struct ibv_ah_attr attr;
-};
-
+/* Address handles: checked as the kernel checks a RoCE AV (hc_check_av),
+ * kept, and their datagram segment built once: rlid the LID the AV's GID
+ * names (hc_dest_lid: the device's fabric address), the GRH fields, the
+ * destination GID. */
 HC_EXPORT struct ibv_ah *ibv_create_ah(struct ibv_pd *pd, struct ibv_ah_attr *attr)
 {
 	if (!pd || !attr || attr->port_num != 1) {
 		errno = EINVAL;
 		return NULL;
 	}
-	int err = hc_check_av(hc_ctx(pd->context), attr);
+	struct hc_context *ctx = hc_ctx(pd->context);
+	int err = hc_check_av(ctx, attr);
 	if (err) {
 		errno = err;
 		return NULL;
@@ -913,7 +911,105 @@ HC_EXPORT struct ibv_ah *ibv_create_ah(struct ibv_pd *pd, struct ibv_ah_attr *at
 	a->ah.context = pd->context;
 	a->ah.pd = pd;
 	a->attr = *attr;
+	uint8_t *v = a->av;
+	v[12] = (uint8_t)((attr->static_rate & 0xF) << 4 | (attr->sl & 7) << 1);
+	hc_put16(v + 14, hc_dest_lid(ctx, attr));
+	v[26] = attr->grh.traffic_class;
+	v[27] = attr->grh.hop_limit;
+	hc_put32(v + 28, 1u << 30 | (uint32_t)attr->grh.sgid_index << 20 | (attr->grh.flow_label & 0xFFFFF));
+	memcpy(v + 32, attr->grh.dgid.raw, 16);
 	return &a->ah;
+}
+
+/* grh_version tells the header a UD receive buffer starts with, as
+ * libibverbs does: 6 for a GRH (IPv6 header), 4 for RoCEv2 over IPv4 (the
+ * IPv4 header in the last 20 bytes, its checksum right), -1 otherwise. */
+static int grh_version(const uint8_t *g)
+{
+	const uint8_t *h = g + 20;
+	if ((h[0] >> 4) == 4 && (h[0] & 0xF) == 5) {
+		uint32_t sum = 0;
+		for (int i = 0; i < 20; i += 2)
+			sum += (uint32_t)h[i] << 8 | h[i + 1];
+		while (sum > 0xFFFF)
+			sum = (sum & 0xFFFF) + (sum >> 16);
+		if (sum == 0xFFFF)
+			return 4;
+	}
+	return (g[0] >> 4) == 6 ? 6 : -1;
+}
+
+/* find_gid returns the index of gid in the port's table with type, or
+ * -1. */
+static int find_gid(const struct hc_context *ctx, const union ibv_gid *gid, unsigned type)
+{
+	for (unsigned i = 0; i < HC_GID_ENTRIES; i++) {
+		union ibv_gid g;
+		unsigned t;
+		if (!hc_gid_entry(ctx, i, &g, &t) && t == type && !memcmp(&g, gid, sizeof g))
+			return (int)i;
+	}
+	return -1;
+}
+
+/* ibv_init_ah_from_wc builds the AV that answers a UD receive: on a RoCE
+ * port the completion must carry a GRH (IBV_WC_GRH); its source becomes
+ * the destination GID and its destination names the source GID entry (of
+ * type RoCE v2: the wire's). It returns 0, or -1 with errno (EINVAL for a
+ * bad argument or no GRH, EPROTONOSUPPORT for a header it cannot read,
+ * ENOENT for a destination that is not one of the port's GIDs). */
+HC_EXPORT int ibv_init_ah_from_wc(struct ibv_context *c, uint8_t port, struct ibv_wc *wc, struct ibv_grh *grh,
+				  struct ibv_ah_attr *ah)
+{
+	if (!c || !wc || !ah || port != 1 || !grh || !(wc->wc_flags & IBV_WC_GRH)) {
+		errno = EINVAL;
+		return -1;
+	}
+	memset(ah, 0, sizeof *ah);
+	ah->port_num = port;
+	ah->sl = wc->sl;
+	ah->is_global = 1;
+	ah->grh.hop_limit = 0xFF;
+	const uint8_t *g = (const uint8_t *)grh;
+	union ibv_gid sgid;
+	memset(&sgid, 0, sizeof sgid);
+	switch (grh_version(g)) {
+	case 4:
+		ah->grh.dgid.raw[10] = ah->grh.dgid.raw[11] = 0xFF;
+		memcpy(ah->grh.dgid.raw + 12, g + 20 + 12, 4);
+		sgid.raw[10] = sgid.raw[11] = 0xFF;
+		memcpy(sgid.raw + 12, g + 20 + 16, 4);
+		ah->grh.traffic_class = g[21];
+		break;
+	case 6:
+		memcpy(ah->grh.dgid.raw, g + 8, 16);
+		memcpy(sgid.raw, g + 24, 16);
+		ah->grh.traffic_class = (uint8_t)(hc_get32(g) >> 20);
+		ah->grh.flow_label = hc_get32(g) & 0xFFFFF;
+		break;
+	default:
+		errno = EPROTONOSUPPORT;
+		return -1;
+	}
+	int i = find_gid(hc_ctx(c), &sgid, IBV_GID_TYPE_ROCE_V2);
+	if (i < 0) {
+		errno = ENOENT;
+		return -1;
+	}
+	ah->grh.sgid_index = (uint8_t)i;
+	return 0;
+}
+
+HC_EXPORT struct ibv_ah *ibv_create_ah_from_wc(struct ibv_pd *pd, struct ibv_wc *wc, struct ibv_grh *grh,
+					       uint8_t port)
+{
+	struct ibv_ah_attr a;
+	if (!pd || ibv_init_ah_from_wc(pd->context, port, wc, grh, &a)) {
+		if (!pd)
+			errno = EINVAL;
+		return NULL;
+	}
+	return ibv_create_ah(pd, &a);
 }
 
 HC_EXPORT int ibv_destroy_ah(struct ibv_ah *ah)

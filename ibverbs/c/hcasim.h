@@ -82,6 +82,11 @@ enum {
 	HC_QPC_REMOTE_GID = 48, /* modify (INIT2RTR) input, QUERY_QP output: 16 bytes */
 	HC_QP_MODIFY_SIZE = 64, /* a modify input with the remote GID */
 	HC_QP_OUT_SIZE = 64,
+	HC_QPC_QKEY = 64,	   /* modify input of a UD QP: its Q_Key (BE32) */
+	HC_QP_MODIFY_UD_SIZE = 68, /* a modify input with the Q_Key */
+	HC_QP_OPT_QKEY = 1 << 8,   /* opt_param_mask: the Q_Key is set */
+	HC_DATAGRAM_SEG = 48,	   /* a UD send WQE's datagram segment (mlx5_wqe_av) */
+	HC_GRH_SIZE = 40,	   /* the GRH at the head of a UD receive buffer */
 
 	HC_STAT_BAD_PARAM = 0x03,
 	HC_STAT_RESOURCE_BUSY = 0x06,
@@ -311,7 +316,17 @@ struct hc_qp {
 	int mk_mem_type, mk_wire_type; /* the signature types the setter asked for */
 };
 
+/* An address handle: the attributes, and the datagram segment a UD send
+ * WQE copies (mlx5_wqe_av, its Q_Key and remote QPN filled per WR), as
+ * mlx5's provider keeps it. */
+struct hc_ah {
+	struct ibv_ah ah;
+	struct ibv_ah_attr attr;
+	uint8_t av[HC_DATAGRAM_SEG];
+};
+
 static inline struct hc_qp *hc_qp(struct ibv_qp *q) { return (struct hc_qp *)q; }
+static inline struct hc_ah *hc_ah(struct ibv_ah *a) { return (struct hc_ah *)a; }
 static inline struct hc_cq *hc_cq(struct ibv_cq *c) { return (struct hc_cq *)c; }
 static inline struct hc_srq *hc_srq(struct ibv_srq *s) { return (struct hc_srq *)s; }
 
@@ -399,6 +414,7 @@ struct ibv_cq_ex *hc_create_cq_ex(struct ibv_context *c, struct ibv_cq_init_attr
 void hc_fill_unimplemented_ops(struct hc_context *ctx);
 uint64_t hc_guid(uint16_t lid);
 int hc_check_av(const struct hc_context *ctx, const struct ibv_ah_attr *ah);
+uint16_t hc_dest_lid(const struct hc_context *ctx, const struct ibv_ah_attr *ah);
 int hc_gid_entry(const struct hc_context *ctx, unsigned index, union ibv_gid *g, unsigned *type);
 
 /* IBVERBS_PRIVATE symbols whose prototypes are in rdma-core 44's

@@ -5,6 +5,7 @@
  * send counter, and a RING_SQ message only while the device's send
  * engine sleeps (the doorbell hint, docs/PROTOCOL.md 6.1). */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -62,10 +63,11 @@ struct ibv_qp *hc_create_qp(struct ibv_context *c, struct ibv_qp_init_attr_ex *a
 		errno = a->comp_mask & ~known ? EOPNOTSUPP : EINVAL;
 		return NULL;
 	}
-	int uc = a->qp_type == IBV_QPT_UC;
-	if ((a->qp_type != IBV_QPT_RC && !uc) || ((a->comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS) && a->create_flags) ||
-	    (uc && dv && (dv->integrity || dv->create_flags))) {
-		errno = EOPNOTSUPP; /* RC and UC QPs are modelled; signature offload on RC */
+	int uc = a->qp_type == IBV_QPT_UC, ud = a->qp_type == IBV_QPT_UD;
+	if ((a->qp_type != IBV_QPT_RC && !uc && !ud) ||
+	    ((a->comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS) && a->create_flags) ||
+	    ((uc || ud) && dv && (dv->integrity || dv->create_flags))) {
+		errno = EOPNOTSUPP; /* RC, UC and UD QPs are modelled; signature offload on RC */
 		return NULL;
 	}
 	if (a->srq && a->srq->context != c) {
@@ -75,9 +77,11 @@ struct ibv_qp *hc_create_qp(struct ibv_context *c, struct ibv_qp_init_attr_ex *a
 	/* mlx5's supported send ops, per QP type (MLX5_SUPPORTED_SEND_OPS_FLAGS_*). */
 	const uint64_t uc_ops = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM | IBV_QP_EX_WITH_SEND |
 				IBV_QP_EX_WITH_SEND_WITH_IMM | IBV_QP_EX_WITH_LOCAL_INV | IBV_QP_EX_WITH_SEND_WITH_INV;
-	const uint64_t ops = uc ? uc_ops
-				: uc_ops | IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP |
-					  IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD;
+	const uint64_t ud_ops = IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM;
+	const uint64_t ops = ud   ? ud_ops
+			     : uc ? uc_ops
+				  : uc_ops | IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP |
+					    IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD;
 	if ((a->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) && (a->send_ops_flags & ~ops)) {
 		errno = EOPNOTSUPP;
 		return NULL;
@@ -95,7 +99,9 @@ struct ibv_qp *hc_create_qp(struct ibv_context *c, struct ibv_qp_init_attr_ex *a
 		errno = EINVAL;
 		return NULL;
 	}
-	size_t overhead = dv && dv->overhead ? dv->overhead : 3 * SEG;
+	/* A UD WQE: the control and the datagram segment; RC: the control,
+	 * a remote address and an atomic segment. */
+	size_t overhead = dv && dv->overhead ? dv->overhead : ud ? SEG + HC_DATAGRAM_SEG : 3 * SEG;
 	int bb = wqebbs_for(&cap, overhead);
 	uint8_t sq_log = log2ceil((size_t)(cap.max_send_wr ? cap.max_send_wr : 1) * (size_t)bb);
 	uint8_t rq_log = log2ceil(cap.max_recv_wr ? cap.max_recv_wr : 1);
@@ -146,7 +152,7 @@ struct ibv_qp *hc_create_qp(struct ibv_context *c, struct ibv_qp_init_attr_ex *a
 	in[24] = sq_log;
 	in[25] = rq_log;
 	in[26] = rq_shift;
-	in[27] = uc ? 1 : 0; /* the transport service: RC 0, UC 1 */
+	in[27] = ud ? 2 : uc ? 1 : 0; /* the transport service: RC 0, UC 1, UD 2 */
 	hc_put64(in + 32, qp->mem.iova);
 	hc_put64(in + 40, qp->mem.iova + sqb);
 	hc_put64(in + 48, qp->mem.iova + sqb + rqb);
@@ -164,7 +170,7 @@ struct ibv_qp *hc_create_qp(struct ibv_context *c, struct ibv_qp_init_attr_ex *a
 	qp->srq = a->srq ? hc_srq(a->srq) : NULL;
 	qp->sig_all = a->sq_sig_all;
 	/* What the QP can take, as mlx5 reports it: at least what was asked. */
-	int sendsge = (bb * HC_WQEBB - 2 * SEG) / SEG;
+	int sendsge = (bb * HC_WQEBB - (ud ? SEG + HC_DATAGRAM_SEG : 2 * SEG)) / SEG;
 	qp->cap.max_send_wr = (uint32_t)(n / (size_t)bb);
 	qp->cap.max_recv_wr = 1u << rq_log;
 	qp->cap.max_send_sge = (uint32_t)(sendsge < k->max_sge ? sendsge : k->max_sge);
@@ -173,7 +179,7 @@ struct ibv_qp *hc_create_qp(struct ibv_context *c, struct ibv_qp_init_attr_ex *a
 		qp->cap.max_recv_sge = k->max_sge;
 	if (a->srq)
 		qp->cap.max_recv_wr = qp->cap.max_recv_sge = 0;
-	uint32_t inl = (uint32_t)(bb * HC_WQEBB - (dv && dv->overhead ? overhead : 2 * SEG) - 4);
+	uint32_t inl = (uint32_t)(bb * HC_WQEBB - (dv && dv->overhead ? overhead : ud ? overhead : 2 * SEG) - 4);
 	qp->cap.max_inline_data = inl < k->max_inline ? inl : k->max_inline;
 	a->cap = qp->cap;
 	struct ibv_qp *q = &qp->qpx.qp_base;
@@ -186,7 +192,7 @@ struct ibv_qp *hc_create_qp(struct ibv_context *c, struct ibv_qp_init_attr_ex *a
 	q->handle = qpn;
 	q->qp_num = qpn;
 	q->state = IBV_QPS_RESET;
-	q->qp_type = uc ? IBV_QPT_UC : IBV_QPT_RC;
+	q->qp_type = ud ? IBV_QPT_UD : uc ? IBV_QPT_UC : IBV_QPT_RC;
 	pthread_mutex_init(&q->mutex, NULL);
 	pthread_cond_init(&q->cond, NULL);
 	qp->attr.qp_state = IBV_QPS_RESET;
@@ -224,6 +230,16 @@ HC_EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_att
 }
 
 HC_EXPORT struct ibv_qp_ex *ibv_qp_to_qp_ex(struct ibv_qp *qp) { return &hc_qp(qp)->qpx; }
+
+/* ibv_query_qp_data_in_order: the device places a message's data in
+ * address order (on the wire in PSN order, a packet after a gap dropped),
+ * so 1 for every opcode; 0 for flags verbs.h does not define (it says
+ * they must be 0). */
+HC_EXPORT int ibv_query_qp_data_in_order(struct ibv_qp *qp, enum ibv_wr_opcode op, uint32_t flags)
+{
+	(void)op;
+	return qp && !flags ? 1 : 0;
+}
 
 HC_EXPORT int ibv_destroy_qp(struct ibv_qp *q)
 {
@@ -291,9 +307,39 @@ static const struct transition transitions[] = {
 	{IBV_QPS_SQE, IBV_QPS_RTS, HC_CMD_SQERR2RTS, 0, IBV_QP_CUR_STATE},
 };
 
+/* The transitions of a UD QP (the kernel's qp_state_table for IB_QPT_UD):
+ * a Q_Key and no path, no remote attributes. */
+static const struct transition ud_transitions[] = {
+	{IBV_QPS_RESET, IBV_QPS_INIT, HC_CMD_RST2INIT, IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY, 0},
+	{IBV_QPS_INIT, IBV_QPS_INIT, HC_CMD_INIT2INIT, 0, IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY},
+	{IBV_QPS_INIT, IBV_QPS_RTR, HC_CMD_INIT2RTR, 0, IBV_QP_PKEY_INDEX | IBV_QP_QKEY},
+	{IBV_QPS_RTR, IBV_QPS_RTS, HC_CMD_RTR2RTS, IBV_QP_SQ_PSN, IBV_QP_CUR_STATE | IBV_QP_QKEY},
+	{IBV_QPS_RTS, IBV_QPS_RTS, HC_CMD_RTS2RTS, 0, IBV_QP_CUR_STATE | IBV_QP_QKEY},
+	{IBV_QPS_RTS, IBV_QPS_SQD, HC_CMD_RTS2SQD, 0, IBV_QP_EN_SQD_ASYNC_NOTIFY},
+	{IBV_QPS_SQD, IBV_QPS_RTS, HC_CMD_SQD2RTS, 0, IBV_QP_CUR_STATE | IBV_QP_QKEY},
+	{IBV_QPS_SQD, IBV_QPS_SQD, -1, 0, IBV_QP_PKEY_INDEX | IBV_QP_QKEY},
+	{IBV_QPS_SQE, IBV_QPS_RTS, HC_CMD_SQERR2RTS, 0, IBV_QP_CUR_STATE | IBV_QP_QKEY},
+};
+
+/* net_raw reports whether the process may use a privileged Q_Key (the
+ * kernel asks for CAP_NET_RAW): CapEff bit 13 in /proc/self/status. */
+static int net_raw(void)
+{
+	FILE *f = fopen("/proc/self/status", "re");
+	if (!f)
+		return 0;
+	char line[256];
+	unsigned long long cap = 0;
+	int found = 0;
+	while (!found && fgets(line, sizeof line, f))
+		found = sscanf(line, "CapEff: %llx", &cap) == 1;
+	fclose(f);
+	return found && (cap >> 13 & 1);
+}
+
 /* dest_lid returns the LID the AV names: its DLID, or for a global route
  * without one the LID our GIDs carry (hc_guid). */
-static uint16_t dest_lid(struct hc_context *ctx, const struct ibv_ah_attr *ah)
+static uint16_t dest_lid(const struct hc_context *ctx, const struct ibv_ah_attr *ah)
 {
 	if (ah->dlid)
 		return ah->dlid;
@@ -304,6 +350,8 @@ static uint16_t dest_lid(struct hc_context *ctx, const struct ibv_ah_attr *ah)
 	}
 	return ctx->caps.lid;
 }
+
+uint16_t hc_dest_lid(const struct hc_context *ctx, const struct ibv_ah_attr *ah) { return dest_lid(ctx, ah); }
 
 static int qp_state_from_device(int s)
 {
@@ -354,10 +402,13 @@ HC_EXPORT int ibv_modify_qp(struct ibv_qp *q, struct ibv_qp_attr *a, int mask)
 	} else if (to == IBV_QPS_RESET) {
 		cmd = HC_CMD_2RST;
 	} else {
-		const struct transition *t = NULL;
-		for (size_t i = 0; i < sizeof transitions / sizeof transitions[0]; i++)
-			if (transitions[i].from == cur && transitions[i].to == to)
-				t = &transitions[i];
+		const struct transition *t = NULL, *tab = transitions;
+		size_t ntab = sizeof transitions / sizeof transitions[0];
+		if (q->qp_type == IBV_QPT_UD)
+			tab = ud_transitions, ntab = sizeof ud_transitions / sizeof ud_transitions[0];
+		for (size_t i = 0; i < ntab; i++)
+			if (tab[i].from == cur && tab[i].to == to)
+				t = &tab[i];
 		if (!t)
 			return EINVAL;
 		cmd = t->cmd;
@@ -384,6 +435,8 @@ HC_EXPORT int ibv_modify_qp(struct ibv_qp *q, struct ibv_qp_attr *a, int mask)
 		if (err)
 			return err;
 	}
+	if ((mask & IBV_QP_QKEY) && (a->qkey & 0x80000000u) && !net_raw())
+		return EPERM; /* a privileged Q_Key needs CAP_NET_RAW, as the kernel says */
 	if (cmd < 0) {
 		/* SQD -> SQD: attributes only; the device keeps them as they were. */
 		return 0;
@@ -421,14 +474,24 @@ HC_EXPORT int ibv_modify_qp(struct ibv_qp *q, struct ibv_qp_attr *a, int mask)
 		n.rnr_retry = a->rnr_retry;
 	if (mask & IBV_QP_EN_SQD_ASYNC_NOTIFY)
 		n.en_sqd_async_notify = a->en_sqd_async_notify;
+	if (mask & IBV_QP_QKEY)
+		n.qkey = a->qkey;
 	/* INIT2RTR's input is the longer one, with the remote GID; the
 	 * others keep the 48 bytes that are all they read. */
-	uint8_t in[HC_QP_MODIFY_SIZE] = {0}, out[64];
+	uint8_t in[HC_QP_MODIFY_UD_SIZE] = {0}, out[64];
 	size_t inlen = cmd == HC_CMD_INIT2RTR ? HC_QP_MODIFY_SIZE : 48;
+	if (q->qp_type == IBV_QPT_UD) {
+		inlen = HC_QP_MODIFY_UD_SIZE;
+		hc_put32(in + HC_QPC_QKEY, n.qkey);
+	}
 	hc_cmd_header(in, (uint16_t)cmd);
 	hc_put32(in + 8, q->qp_num);
+	uint32_t optpar = 0;
 	if (mask & IBV_QP_ACCESS_FLAGS)
-		hc_put32(in + 12, 0xE);
+		optpar |= 0xE;
+	if (mask & IBV_QP_QKEY)
+		optpar |= HC_QP_OPT_QKEY;
+	hc_put32(in + 12, optpar);
 	uint8_t acc = 0;
 	if (n.qp_access_flags & IBV_ACCESS_REMOTE_READ)
 		acc |= 1;
@@ -630,6 +693,14 @@ static const struct {
 	[IBV_WR_SEND_WITH_INV] = {HC_OP_SEND_INV, IBV_WC_SEND},
 };
 
+/* put_ud_dest fills a datagram segment's Q_Key and remote QPN (with
+ * mlx5's extended-AV bit, MLX5_EXTENDED_UD_AV). */
+static void put_ud_dest(uint8_t *av, uint32_t qpn, uint32_t qkey)
+{
+	hc_put32(av, qkey);
+	hc_put32(av + 8, 0x80000000u | (qpn & 0xFFFFFF));
+}
+
 /* post_one builds one WR's WQE and commits it. Called with smu held. */
 static int post_one(struct hc_qp *qp, struct ibv_send_wr *wr)
 {
@@ -640,6 +711,9 @@ static int post_one(struct hc_qp *qp, struct ibv_send_wr *wr)
 	uint8_t imm[4] = {0};
 	enum ibv_wr_opcode op = wr->opcode;
 	int atomic = op == IBV_WR_ATOMIC_CMP_AND_SWP || op == IBV_WR_ATOMIC_FETCH_AND_ADD;
+	int ud = qp->qpx.qp_base.qp_type == IBV_QPT_UD;
+	if (ud && ((op != IBV_WR_SEND && op != IBV_WR_SEND_WITH_IMM) || !wr->wr.ud.ah))
+		return EINVAL; /* UD sends only, each to an address handle */
 	switch (op) {
 	case IBV_WR_SEND_WITH_IMM:
 	case IBV_WR_RDMA_WRITE_WITH_IMM:
@@ -651,6 +725,11 @@ static int post_one(struct hc_qp *qp, struct ibv_send_wr *wr)
 		break;
 	default:
 		break;
+	}
+	if (ud) {
+		memcpy(p, hc_ah(wr->wr.ud.ah)->av, HC_DATAGRAM_SEG);
+		put_ud_dest(p, wr->wr.ud.remote_qpn, wr->wr.ud.remote_qkey);
+		n += HC_DATAGRAM_SEG;
 	}
 	if (op == IBV_WR_RDMA_WRITE || op == IBV_WR_RDMA_WRITE_WITH_IMM || op == IBV_WR_RDMA_READ)
 		n += put_raddr(p, wr->wr.rdma.remote_addr, wr->wr.rdma.rkey);
@@ -844,18 +923,25 @@ void hc_recv_done(struct hc_qp *qp, const uint8_t *e, struct ibv_wc *wc)
 	wc->opcode = IBV_WC_RECV;
 	wc->byte_len = hc_get32(e + 44);
 	wc->src_qp = qp->attr.dest_qp_num;
-	wc->slid = dest_lid(qp->ctx, &qp->attr.ah_attr);
+	if (qp->qpx.qp_base.qp_type == IBV_QPT_UD) {
+		/* flags_rqpn: the source QP, and whether a GRH heads the buffer. */
+		uint32_t fr = hc_get32(e + 24);
+		wc->src_qp = fr & 0xFFFFFF;
+		if ((fr >> 28) & 3)
+			wc->wc_flags |= IBV_WC_GRH;
+	}
+	wc->slid = 0; /* a RoCE port: no LIDs */
 	switch (e[63] >> 4) {
 	case HC_CQE_RESP_WR_IMM:
 		wc->opcode = IBV_WC_RECV_RDMA_WITH_IMM;
 		/* fall through */
 	case HC_CQE_RESP_SEND_IMM:
 		memcpy(&wc->imm_data, e + 36, 4);
-		wc->wc_flags = IBV_WC_WITH_IMM;
+		wc->wc_flags |= IBV_WC_WITH_IMM;
 		break;
 	case HC_CQE_RESP_SEND_INV:
 		wc->invalidated_rkey = hc_get32(e + 36);
-		wc->wc_flags = IBV_WC_WITH_INV;
+		wc->wc_flags |= IBV_WC_WITH_INV;
 		break;
 	case HC_CQE_RESP_ERR:
 		wc->status = status_of(e[55]);
@@ -903,6 +989,11 @@ static struct hc_qp *wr_open(struct ibv_qp_ex *x, uint8_t opc, uint8_t wcop, uin
 	qp->wr_id_cur = x->wr_id;
 	qp->wr_flags_cur = x->wr_flags;
 	qp->wr_len = SEG;
+	if (qp->qpx.qp_base.qp_type == IBV_QPT_UD) {
+		/* The datagram segment, which ibv_wr_set_ud_addr fills. */
+		memset(qp->scratch + SEG, 0, HC_DATAGRAM_SEG);
+		qp->wr_len += HC_DATAGRAM_SEG;
+	}
 	return qp;
 }
 
@@ -980,12 +1071,15 @@ static void x_send_tso(struct ibv_qp_ex *x, void *hdr, uint16_t sz, uint16_t mss
 }
 static void x_ud_addr(struct ibv_qp_ex *x, struct ibv_ah *ah, uint32_t qpn, uint32_t qkey)
 {
-	(void)ah;
-	(void)qpn;
-	(void)qkey;
 	struct hc_qp *qp = qpx_qp(x);
-	if (!qp->wr_err)
-		qp->wr_err = EINVAL; /* an RC QP has no UD address */
+	if (qp->qpx.qp_base.qp_type != IBV_QPT_UD || !qp->wr_open || !ah) {
+		if (!qp->wr_err)
+			qp->wr_err = EINVAL; /* only a UD QP's open WR has a UD address */
+		return;
+	}
+	uint8_t *av = qp->scratch + SEG;
+	memcpy(av, hc_ah(ah)->av, HC_DATAGRAM_SEG);
+	put_ud_dest(av, qpn, qkey);
 }
 static void x_xrc_srqn(struct ibv_qp_ex *x, uint32_t srqn)
 {
