@@ -14,7 +14,6 @@ package hca
 // dropped silently (counter msg_dropped), as IBA says for UD.
 
 import (
-	"encoding/binary"
 	"net/netip"
 
 	"github.com/hcasim/hcasim/cq"
@@ -36,33 +35,14 @@ const (
 	privilegedQKey = 0x80000000
 )
 
-// NodeGUID returns the node GUID of the device with LID lid (the
-// interface ID of the port's link-local GIDs); the front end and the Go
-// driver derive the same.
-func NodeGUID(lid uint16) uint64 { return 0x0002c90300000000 | uint64(lid)<<8 | 0x01 }
-
-// GIDEntries is how many entries of the port's GID table are filled: a
-// RoCE v1 and a RoCE v2 entry for each address, as Linux fills a RoCE
-// port's — index 0 and 1 the link-local GID (fe80:: and the node GUID), 2
-// and 3 the IPv4-mapped address of the wire (or of 127.0.0.1 without one).
-const GIDEntries = 4
-
-// SourceGID returns the GID at index of the port's table (GIDEntries),
-// and false for an empty entry.
+// SourceGID returns the GID at index of the port's table
+// (ifc.PortGID), and false for an empty entry.
 func (d *Device) SourceGID(index uint8) ([16]byte, bool) {
-	var g [16]byte
-	switch {
-	case index >= GIDEntries:
-		return g, false
-	case index >= 2:
-		if w := d.wire.Load(); w != nil {
-			return w.gid, true
-		}
-		return [16]byte{10: 0xff, 11: 0xff, 12: 127, 15: 1}, true
+	var wire [16]byte
+	if w := d.wire.Load(); w != nil {
+		wire = w.gid
 	}
-	g[0], g[1] = 0xfe, 0x80
-	binary.BigEndian.PutUint64(g[8:], NodeGUID(d.lid))
-	return g, true
+	return ifc.PortGID(int(index), d.lid, wire)
 }
 
 // executeUD runs one WQE of a UD QP: local work, or a SEND or SEND with
@@ -107,7 +87,7 @@ func (qp *QP) executeUD(s *reqState, a *qpAttr, p *pending, w []byte, f *sq.Ctrl
 		r.udBuf = make([]byte, udMTU)
 	}
 	r.udBuf = r.udBuf[:n]
-	copySegs([][]byte{r.udBuf}, src)
+	copyFrom(r.udBuf, src, 0)
 	qkey := av.QKey
 	if qkey&privilegedQKey != 0 {
 		qkey = a.qkey
@@ -214,7 +194,7 @@ func (qp *QP) serveUD(s *respState, r *request) {
 	}
 	var g [GRHSize]byte
 	ipv4 := buildGRH(g[:], r)
-	copySegs(dst, [][]byte{g[:]})
+	copyAt(dst, 0, g[:])
 	copyAt(dst, GRHSize, r.src[0])
 	qp.consumeRecv(s)
 	f := cq.Fields{Opcode: cq.OpRespSend, WQECounter: idx, ByteCount: uint32(GRHSize + r.length),
@@ -228,48 +208,23 @@ func (qp *QP) serveUD(s *respState, r *request) {
 	qp.recvCQE(&f, r.solicited)
 }
 
-// mapped reports whether g is an IPv4-mapped GID (::ffff:a.b.c.d).
-func mapped(g [16]byte) bool {
-	return binary.BigEndian.Uint64(g[:8]) == 0 && binary.BigEndian.Uint32(g[8:12]) == 0xFFFF
-}
-
-// buildGRH writes the 40 bytes a UD receive buffer starts with: for an
-// IPv4-mapped source (RoCEv2 over IPv4) 20 zero bytes and the IPv4
-// header, else the IPv6 header (the GRH). It reports whether it wrote the
-// IPv4 form.
+// buildGRH writes the 40 bytes a UD receive buffer starts with: for
+// IPv4-mapped GIDs (RoCEv2 over IPv4) 20 zero bytes and the IPv4 header,
+// else the IPv6 header (the GRH), as the datagram came in. It reports
+// whether it wrote the IPv4 form.
 func buildGRH(b []byte, r *request) bool {
 	clear(b[:GRHSize])
-	hop := r.udHop
-	if hop == 0 {
-		hop = 64
-	}
+	s, d := netip.AddrFrom16(r.udSGID), netip.AddrFrom16(r.udDGID)
 	// The UDP datagram: UDP header, BTH, DETH, [ImmDt], payload, pad, ICRC.
-	udp := 8 + roce.BTHSize + roce.DETHSize + int(r.length) + int(roce.PadFor(int(r.length))) + roce.ICRCSize
+	n := 8 + roce.BTHSize + roce.DETHSize + int(r.length) + int(roce.PadFor(int(r.length))) + roce.ICRCSize
 	if r.op == sq.OpSendImm {
-		udp += 4
+		n += 4
 	}
-	if mapped(r.udSGID) && mapped(r.udDGID) {
-		h := b[20:40]
-		h[0], h[1] = 0x45, r.udTClass
-		binary.BigEndian.PutUint16(h[2:], uint16(20+udp))
-		binary.BigEndian.PutUint16(h[6:], 0x4000) // DF
-		h[8], h[9] = hop, 17
-		copy(h[12:16], r.udSGID[12:])
-		copy(h[16:20], r.udDGID[12:])
-		var sum uint32
-		for i := 0; i < 20; i += 2 {
-			sum += uint32(binary.BigEndian.Uint16(h[i:]))
-		}
-		for sum > 0xFFFF {
-			sum = sum&0xFFFF + sum>>16
-		}
-		binary.BigEndian.PutUint16(h[10:], ^uint16(sum))
+	o := roce.FrameOptions{TrafficClass: r.udTClass, HopLimit: r.udHop}
+	if s.Is4In6() && d.Is4In6() {
+		roce.PutL3Header(b[20:], s.Unmap(), d.Unmap(), o, n)
 		return true
 	}
-	binary.BigEndian.PutUint32(b, 6<<28|uint32(r.udTClass)<<20)
-	binary.BigEndian.PutUint16(b[4:], uint16(udp))
-	b[6], b[7] = 17, hop
-	copy(b[8:24], r.udSGID[:])
-	copy(b[24:40], r.udDGID[:])
+	roce.PutL3Header(b, s, d, o, n)
 	return false
 }

@@ -3,6 +3,7 @@ package ibverbs_test
 import (
 	"context"
 	"debug/elf"
+	"fmt"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -94,6 +95,20 @@ func TestDevices(t *testing.T) {
 	}
 }
 
+// wantIters checks that each of a pingpong pair's outputs reports its n
+// iterations ("n iters in"); it reports whether all did.
+func wantIters(t *testing.T, n int, outs ...string) bool {
+	t.Helper()
+	ok := true
+	for _, o := range outs {
+		if !strings.Contains(o, fmt.Sprintf("%d iters in", n)) {
+			t.Errorf("no iteration report:\n%s", o)
+			ok = false
+		}
+	}
+	return ok
+}
+
 func TestRCPingpong(t *testing.T) {
 	lib := frontendtest.Lib(t)
 	pp := frontendtest.Need(t, "ibv_rc_pingpong", "ibverbs-utils")
@@ -102,11 +117,7 @@ func TestRCPingpong(t *testing.T) {
 		t.Run(strings.Join(append([]string{"opts"}, opts...), " "), func(t *testing.T) {
 			args := append([]string{pp, "-d", "hcasim0", "-g", "3", "-n", "200"}, opts...)
 			so, co := frontendtest.Pair(t, 60*time.Second, lib, sock, args, args)
-			for _, o := range []string{so, co} {
-				if !strings.Contains(o, "200 iters in") {
-					t.Errorf("no iteration report:\n%s", o)
-				}
-			}
+			wantIters(t, 200, so, co)
 		})
 	}
 }
@@ -121,11 +132,7 @@ func TestSRQPingpong(t *testing.T) {
 		t.Run(strings.Join(opts, " "), func(t *testing.T) {
 			args := append([]string{pp, "-d", "hcasim0", "-g", "3", "-n", "200"}, opts...)
 			so, co := frontendtest.Pair(t, 60*time.Second, lib, sock, args, args)
-			for _, o := range []string{so, co} {
-				if !strings.Contains(o, "200 iters in") {
-					t.Errorf("no iteration report:\n%s", o)
-				}
-			}
+			wantIters(t, 200, so, co)
 		})
 	}
 }
@@ -138,11 +145,7 @@ func TestUCPingpong(t *testing.T) {
 	sock := frontendtest.Daemon(t)
 	args := []string{pp, "-d", "hcasim0", "-g", "3", "-n", "200"}
 	so, co := frontendtest.Pair(t, 60*time.Second, lib, sock, args, args)
-	for _, o := range []string{so, co} {
-		if !strings.Contains(o, "200 iters in") {
-			t.Errorf("no iteration report:\n%s", o)
-		}
-	}
+	wantIters(t, 200, so, co)
 }
 
 // TestUDPingpong: ibv_ud_pingpong's UD QPs, addressed by an AH to GID 3,
@@ -155,11 +158,7 @@ func TestUDPingpong(t *testing.T) {
 		t.Run(strings.Join(append([]string{"opts"}, opts...), " "), func(t *testing.T) {
 			args := append([]string{pp, "-d", "hcasim0", "-g", "3", "-n", "200"}, opts...)
 			so, co := frontendtest.Pair(t, 60*time.Second, lib, sock, args, args)
-			for _, o := range []string{so, co} {
-				if !strings.Contains(o, "200 iters in") {
-					t.Errorf("no iteration report:\n%s", o)
-				}
-			}
+			wantIters(t, 200, so, co)
 		})
 	}
 }

@@ -209,11 +209,7 @@ func TestRoCE(t *testing.T) {
 			args := append([]string{pp, "-d", "hcasim0", "-g", "3", "-n", "200"}, opts...)
 			wire(t, func() {
 				so, co := pairAcross(t, 60*time.Second, lib, a, b, args)
-				for _, o := range []string{so, co} {
-					if !strings.Contains(o, "200 iters in") {
-						t.Errorf("no iteration report:\n%s", o)
-					}
-				}
+				wantIters(t, 200, so, co)
 				// Each side names the other's GID.
 				if !strings.Contains(so, "GID ::ffff:"+b.ip) || !strings.Contains(co, "GID ::ffff:"+a.ip) {
 					t.Errorf("the sides did not exchange their RoCE GIDs:\nserver:\n%s\nclient:\n%s", so, co)
@@ -226,11 +222,7 @@ func TestRoCE(t *testing.T) {
 		up := frontendtest.Need(t, "ibv_uc_pingpong", "ibverbs-utils")
 		wire(t, func() {
 			so, co := pairAcross(t, 60*time.Second, lib, a, b, []string{up, "-d", "hcasim0", "-g", "3", "-n", "200"})
-			for _, o := range []string{so, co} {
-				if !strings.Contains(o, "200 iters in") {
-					t.Errorf("no iteration report:\n%s", o)
-				}
-			}
+			wantIters(t, 200, so, co)
 		})
 	})
 
@@ -238,11 +230,7 @@ func TestRoCE(t *testing.T) {
 		up := frontendtest.Need(t, "ibv_ud_pingpong", "ibverbs-utils")
 		wire(t, func() {
 			so, co := pairAcross(t, 60*time.Second, lib, a, b, []string{up, "-d", "hcasim0", "-g", "3", "-n", "200"})
-			for _, o := range []string{so, co} {
-				if !strings.Contains(o, "200 iters in") {
-					t.Errorf("no iteration report:\n%s", o)
-				}
-			}
+			wantIters(t, 200, so, co)
 		})
 	})
 
@@ -250,11 +238,7 @@ func TestRoCE(t *testing.T) {
 		sp := frontendtest.Need(t, "ibv_srq_pingpong", "ibverbs-utils")
 		wire(t, func() {
 			so, co := pairAcross(t, 60*time.Second, lib, a, b, []string{sp, "-d", "hcasim0", "-g", "3", "-q", "4", "-n", "200", "-c"})
-			for _, o := range []string{so, co} {
-				if !strings.Contains(o, "200 iters in") {
-					t.Errorf("no iteration report:\n%s", o)
-				}
-			}
+			wantIters(t, 200, so, co)
 		})
 	})
 
@@ -295,10 +279,8 @@ func TestRoCEUDCapture(t *testing.T) {
 	pcap := filepath.Join(t.TempDir(), "a.pcap")
 	a, b := startRoCEPair(t, "--pcap", pcap)
 	so, co := pairAcross(t, 60*time.Second, lib, a, b, []string{up, "-d", "hcasim0", "-g", "3", "-n", "20"})
-	for _, o := range []string{so, co} {
-		if !strings.Contains(o, "20 iters in") {
-			t.Fatalf("no iteration report:\n%s", o)
-		}
+	if !wantIters(t, 20, so, co) {
+		t.FailNow()
 	}
 	a.stop() // the daemon flushes its capture as it exits
 	b.stop()

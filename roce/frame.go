@@ -92,10 +92,6 @@ func AppendDatagramFrame(dst []byte, src, dstEP Endpoint, o FrameOptions, datagr
 	if !s.IsValid() || !d.IsValid() || s.Is4() != d.Is4() {
 		return dst, fmt.Errorf("build frame %v → %v: %w", src.IP, dstEP.IP, ErrNotRoCE)
 	}
-	hop := o.HopLimit
-	if hop == 0 {
-		hop = 64
-	}
 	l3 := ipv6Header
 	if s.Is4() {
 		l3 = ipv4MinHeader
@@ -112,29 +108,13 @@ func AppendDatagramFrame(dst []byte, src, dstEP Endpoint, o FrameOptions, datagr
 	clear(f[:ethHeader+l3+udpHeader])
 	copy(f[0:6], dstEP.MAC)
 	copy(f[6:12], src.MAC)
-	ip := f[ethHeader:]
 	if s.Is4() {
 		binary.BigEndian.PutUint16(f[12:], 0x0800)
-		ip[0], ip[1] = 0x45, o.TrafficClass
-		binary.BigEndian.PutUint16(ip[2:], uint16(l3+n))
-		binary.BigEndian.PutUint16(ip[4:], o.ID)
-		if !o.NoDF {
-			ip[6] = 0x40
-		}
-		ip[8], ip[9] = hop, 17
-		a, b := s.As4(), d.As4()
-		copy(ip[12:], a[:])
-		copy(ip[16:], b[:])
-		ipv4Checksum(ip[:ipv4MinHeader])
 	} else {
 		binary.BigEndian.PutUint16(f[12:], 0x86DD)
-		binary.BigEndian.PutUint32(ip[0:], 6<<28|uint32(o.TrafficClass)<<20|o.FlowLabel&0xFFFFF)
-		binary.BigEndian.PutUint16(ip[4:], uint16(n))
-		ip[6], ip[7] = 17, hop
-		a, b := s.As16(), d.As16()
-		copy(ip[8:], a[:])
-		copy(ip[24:], b[:])
 	}
+	ip := f[ethHeader:]
+	PutL3Header(ip, s, d, o, n)
 	u := ip[l3:]
 	binary.BigEndian.PutUint16(u[0:], portOr(src.Port))
 	binary.BigEndian.PutUint16(u[2:], portOr(dstEP.Port))
@@ -145,6 +125,40 @@ func AppendDatagramFrame(dst []byte, src, dstEP Endpoint, o FrameOptions, datagr
 }
 
 const ethHeader = 14
+
+// PutL3Header writes into b (zeroed, at least 20 or 40 bytes) the IPv4 or
+// IPv6 header of a UDP datagram of n bytes (its UDP header included) from
+// s to d, both IPv4 or both IPv6 (unmapped), with o's traffic class, ID,
+// DF, flow label and hop limit (0: 64), and returns its length. It is the
+// header a RoCEv2 frame carries, and what a UD receive buffer's 40 bytes
+// hold (the IPv4 header in their last 20).
+func PutL3Header(b []byte, s, d netip.Addr, o FrameOptions, n int) int {
+	hop := o.HopLimit
+	if hop == 0 {
+		hop = 64
+	}
+	if s.Is4() {
+		b[0], b[1] = 0x45, o.TrafficClass
+		binary.BigEndian.PutUint16(b[2:], uint16(ipv4MinHeader+n))
+		binary.BigEndian.PutUint16(b[4:], o.ID)
+		if !o.NoDF {
+			b[6] = 0x40
+		}
+		b[8], b[9] = hop, 17
+		a, c := s.As4(), d.As4()
+		copy(b[12:], a[:])
+		copy(b[16:], c[:])
+		ipv4Checksum(b[:ipv4MinHeader])
+		return ipv4MinHeader
+	}
+	binary.BigEndian.PutUint32(b[0:], 6<<28|uint32(o.TrafficClass)<<20|o.FlowLabel&0xFFFFF)
+	binary.BigEndian.PutUint16(b[4:], uint16(n))
+	b[6], b[7] = 17, hop
+	a, c := s.As16(), d.As16()
+	copy(b[8:], a[:])
+	copy(b[24:], c[:])
+	return ipv6Header
+}
 
 // build serializes Ethernet, IP and UDP headers before the layers given
 // and sets the IPv4 checksum.

@@ -37,7 +37,7 @@ type GUID uint64
 
 // NodeGUID returns the node GUID of the device at lid: Mellanox's OUI
 // (00:02:c9) in an EUI-64 that carries the LID, as the front end makes it.
-func NodeGUID(lid uint16) GUID { return GUID(0x0002c90300000000 | uint64(lid)<<8 | 0x01) }
+func NodeGUID(lid uint16) GUID { return GUID(ifc.NodeGUID(lid)) }
 
 // String formats the GUID as four groups of four hex digits.
 func (g GUID) String() string {
@@ -323,12 +323,9 @@ const (
 // filled (QueryGID), the others are empty.
 const GIDTableLen = 16
 
-// GIDEntries is how many entries of the GID table hold a GID: as Linux
-// fills a RoCE port's table, a RoCE v1 and a RoCE v2 entry for each
-// address — index 0 and 1 the IPv6 link-local GID (fe80:: and the node
-// GUID), 2 and 3 the IPv4-mapped GID of the port's wire address (the
-// daemon's --roce), or of 127.0.0.1 without a wire.
-const GIDEntries = 4
+// GIDEntries is how many entries of the GID table hold a GID (see
+// ifc.PortGID).
+const GIDEntries = ifc.GIDEntries
 
 // PortAttr is a port's attributes: ibv_port_attr, field for field.
 type PortAttr struct {
@@ -395,22 +392,10 @@ func (c *Context) QueryGID(port, index int) ([16]byte, GIDType, error) {
 	if err != nil {
 		return g, GIDTypeIB, fmt.Errorf("query gid %d/%d: %w", port, index, err)
 	}
-	if index >= GIDEntries {
-		return g, GIDTypeIB, nil
+	if g, ok := ifc.PortGID(index, lid, wire); ok {
+		return g, GIDTypeRoCEv1 + GIDType(index&1), nil
 	}
-	typ := GIDTypeRoCEv1 + GIDType(index&1)
-	switch {
-	case index >= 2 && wire != [16]byte{}:
-		return wire, typ, nil
-	case index >= 2:
-		return [16]byte{10: 0xff, 11: 0xff, 12: 127, 15: 1}, typ, nil
-	}
-	g[0], g[1] = 0xfe, 0x80
-	guid := uint64(NodeGUID(lid))
-	for i := range 8 {
-		g[8+i] = byte(guid >> (56 - 8*i))
-	}
-	return g, typ, nil
+	return g, GIDTypeIB, nil
 }
 
 // Signature capability bits, as mlx5dv_sig_caps has them: bit n of a

@@ -66,6 +66,35 @@ static int path(struct ibv_qp *qp, struct ibv_qp_attr *a)
 	return ibv_query_qp(qp, a, IBV_QP_STATE | IBV_QP_PATH_MTU | IBV_QP_AV, &ia);
 }
 
+/* send_8k SENDs buf's first 8 KiB from qs to a receive of qr into its
+ * second 8 KiB and waits for both completions; it returns how many came,
+ * *bad how many of them failed. */
+static int send_8k(struct ibv_qp *qs, struct ibv_qp *qr, char *buf, struct ibv_mr *mr, int *bad)
+{
+	struct ibv_sge rs = {.addr = (uintptr_t)buf + 8192, .length = 8192, .lkey = mr->lkey};
+	struct ibv_recv_wr rw = {.wr_id = 2, .sg_list = &rs, .num_sge = 1}, *rbad;
+	struct ibv_sge ss = {.addr = (uintptr_t)buf, .length = 8192, .lkey = mr->lkey};
+	struct ibv_send_wr sw = {.wr_id = 1, .sg_list = &ss, .num_sge = 1, .opcode = IBV_WR_SEND,
+				 .send_flags = IBV_SEND_SIGNALED},
+			   *sbad;
+	if (ibv_post_recv(qr, &rw, &rbad) || ibv_post_send(qs, &sw, &sbad))
+		die("post");
+	int got = 0;
+	*bad = 0;
+	for (long spins = 0; got < 2 && spins < 200000000L; spins++) {
+		struct ibv_wc wc;
+		int k = ibv_poll_cq(cq, 1, &wc);
+		if (k < 0)
+			die("poll");
+		if (k == 1) {
+			got++;
+			if (wc.status != IBV_WC_SUCCESS)
+				(*bad)++;
+		}
+	}
+	return got;
+}
+
 static const char *gidstr(const union ibv_gid *g)
 {
 	static char s[2][INET6_ADDRSTRLEN];
@@ -211,26 +240,7 @@ int main(int argc, char **argv)
 		die("reg mr");
 	for (size_t i = 0; i < 8192; i++)
 		buf[i] = (char)(i * 7 + 1);
-	struct ibv_sge rs = {.addr = (uintptr_t)buf + 8192, .length = 8192, .lkey = mr->lkey};
-	struct ibv_recv_wr rw = {.wr_id = 2, .sg_list = &rs, .num_sge = 1}, *rbad;
-	struct ibv_sge ss = {.addr = (uintptr_t)buf, .length = 8192, .lkey = mr->lkey};
-	struct ibv_send_wr sw = {.wr_id = 1, .sg_list = &ss, .num_sge = 1, .opcode = IBV_WR_SEND,
-				 .send_flags = IBV_SEND_SIGNALED},
-			   *sbad;
-	if (ibv_post_recv(qb, &rw, &rbad) || ibv_post_send(qa, &sw, &sbad))
-		die("post");
-	int got = 0, bad = 0;
-	for (long spins = 0; got < 2 && spins < 200000000L; spins++) {
-		struct ibv_wc wc;
-		int k = ibv_poll_cq(cq, 1, &wc);
-		if (k < 0)
-			die("poll");
-		if (k == 1) {
-			got++;
-			if (wc.status != IBV_WC_SUCCESS)
-				bad++;
-		}
-	}
+	int bad, got = send_8k(qa, qb, buf, mr, &bad);
 	CHECK("SEND over the own GID", got == 2 && !bad && memcmp(buf, buf + 8192, 8192) == 0, "%d completions, %d bad",
 	      got, bad);
 
@@ -240,22 +250,8 @@ int main(int argc, char **argv)
 	if (to_rtr(qc, qe->qp_num, IBV_MTU_1024, &want[1]) || to_rtr(qe, qc->qp_num, IBV_MTU_1024, &want[1]) ||
 	    to_rts(qc) || to_rts(qe))
 		die("connect over the link-local GID");
-	rs.addr = (uintptr_t)buf + 8192;
 	memset(buf + 8192, 0, 8192);
-	if (ibv_post_recv(qe, &rw, &rbad) || ibv_post_send(qc, &sw, &sbad))
-		die("post");
-	got = bad = 0;
-	for (long spins = 0; got < 2 && spins < 200000000L; spins++) {
-		struct ibv_wc wc;
-		int k = ibv_poll_cq(cq, 1, &wc);
-		if (k < 0)
-			die("poll");
-		if (k == 1) {
-			got++;
-			if (wc.status != IBV_WC_SUCCESS)
-				bad++;
-		}
-	}
+	got = send_8k(qc, qe, buf, mr, &bad);
 	CHECK("SEND over the link-local GID", got == 2 && !bad && memcmp(buf, buf + 8192, 8192) == 0,
 	      "%d completions, %d bad", got, bad);
 	ibv_destroy_qp(qe);
