@@ -553,6 +553,7 @@ func (qp *QP) doUMR(segs []byte, target klm.Key) cq.Syndrome {
 	if m := qp.fn.mkeys.Lookup(target.Index()); m == nil || m.PD != qp.pd {
 		return cq.SyndromeLocalProt
 	}
+	op.Poster = qp.qpn
 	sigReg := op.Ctrl.Mask&umr.MaskBSFEnable != 0 && op.Mkey.BSFEnabled
 	if sigReg && !qp.integrity {
 		return cq.SyndromeLocalQPOp // a signature UMR needs an integrity-enabled QP
@@ -581,6 +582,10 @@ func (qp *QP) doUMR(segs []byte, target klm.Key) cq.Syndrome {
 	}
 	if err != nil {
 		switch {
+		case op.Ctrl.Mask&umr.MaskQPN != 0 && !errors.Is(err, umr.ErrUnknownMask):
+			// A memory window's bind or invalidation (the UMRs that carry
+			// the QPN, as rdma-core's mlx5 provider builds them).
+			return cq.SyndromeMWBind
 		case errors.Is(err, umr.ErrNotFree), errors.Is(err, umr.ErrFree), errors.Is(err, umr.ErrAccess), errors.Is(err, umr.ErrNotUMR):
 			return cq.SyndromeLocalProt
 		}

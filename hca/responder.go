@@ -546,10 +546,12 @@ func (qp *QP) serveSend(s *respState, r *request) respKind {
 }
 
 // invalidate carries out a SEND_WITH_INV: the key must be this function's,
-// in the QP's PD, enabled for remote invalidation.
+// in the QP's PD, enabled for remote invalidation, and bound to this QP if
+// bound to one (a type 2 memory window).
 func (qp *QP) invalidate(key klm.Key) bool {
 	err := qp.fn.mkeys.Update(key.Index(), func(cur *klm.Mkey) (*klm.Mkey, error) {
-		if cur.Free || cur.Variant != key.Variant() || cur.PD != qp.pd || !cur.RemoteInvalidate {
+		if cur.Free || cur.Variant != key.Variant() || cur.PD != qp.pd || !cur.RemoteInvalidate ||
+			cur.QPN != klm.NoQPN && cur.QPN != qp.qpn {
 			return nil, klm.ErrBadAccess
 		}
 		m := cur.Clone()
@@ -908,7 +910,7 @@ func (qp *QP) plainKey(key klm.Key) bool {
 // resolves reports whether a remote write of n bytes at addr through key
 // translates.
 func (qp *QP) resolves(s *respState, key klm.Key, addr, n uint64) bool {
-	segs, err := qp.fn.mkeys.Resolve(s.segs[:0], klm.Request{Key: key, PD: qp.pd, Addr: addr, Len: n, Access: klm.RemoteWrite})
+	segs, err := qp.fn.mkeys.Resolve(s.segs[:0], klm.Request{Key: key, PD: qp.pd, Addr: addr, Len: n, Access: klm.RemoteWrite, QPN: qp.qpn})
 	s.segs = scrub(segs)
 	return err == nil
 }
@@ -923,7 +925,7 @@ func (qp *QP) place(s *respState, payload []byte) {
 	}
 	k := klm.Key(s.asm.reth.RKey)
 	segs, err := qp.fn.mkeys.Resolve(s.segs[:0], klm.Request{Key: k, PD: qp.pd, Addr: s.asm.reth.VA + s.asm.size,
-		Len: uint64(len(payload)), Access: klm.RemoteWrite})
+		Len: uint64(len(payload)), Access: klm.RemoteWrite, QPN: qp.qpn})
 	if err == nil {
 		s.wsrc[0] = payload
 		copySegs(segs, s.wsrc[:])

@@ -13,6 +13,7 @@ type Cache struct {
 	mem    *[]region
 	key    Key
 	pd     uint32
+	qpn    uint32
 	need   Access
 	lo, hi uint64 // the key addresses the entry covers
 	buf    []byte // their memory
@@ -25,13 +26,13 @@ type Cache struct {
 // are one piece of memory, translates that page, fills c with it and
 // appends r's part; otherwise it translates r as Resolve does.
 func (t *Table) ResolveCached(c *Cache, m *Mkey, segs [][]byte, r *Request) ([][]byte, error) {
-	if m == c.m && m != nil && r.Len > 0 && r.Key == c.key && r.PD == c.pd && r.Access == c.need &&
+	if m == c.m && m != nil && r.Len > 0 && r.Key == c.key && r.PD == c.pd && r.QPN == c.qpn && r.Access == c.need &&
 		r.Addr >= c.lo && r.Addr < c.hi && r.Len <= c.hi-r.Addr && t.mem.snap.Load() == c.mem {
 		off := r.Addr - c.lo
 		return append(segs, c.buf[off:off+r.Len:off+r.Len]), nil
 	}
 	var chain [maxDepth]uint32
-	mk, f := t.enter(r.Key, r.PD, r.Addr, r.Len, r.Access, 0, &chain)
+	mk, f := t.enter(r.Key, r.PD, r.QPN, r.Addr, r.Len, r.Access, 0, &chain)
 	if f != nil {
 		return segs, f
 	}
@@ -76,7 +77,7 @@ func (t *Table) fill(c *Cache, m *Mkey, r *Request) ([]byte, bool) {
 	if f != nil || len(got) != 1 || mem == nil || t.mem.snap.Load() != mem {
 		return nil, false
 	}
-	*c = Cache{m: m, mem: mem, key: r.Key, pd: r.PD, need: r.Access, lo: lo, hi: hi, buf: got[0]}
+	*c = Cache{m: m, mem: mem, key: r.Key, pd: r.PD, qpn: r.QPN, need: r.Access, lo: lo, hi: hi, buf: got[0]}
 	off := r.Addr - lo
 	return got[0][off : off+r.Len : off+r.Len], true
 }

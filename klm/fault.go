@@ -21,6 +21,7 @@ const (
 	FaultCycle                        // an indirect key refers back to itself
 	FaultUnmapped                     // the translation leads to unmapped memory
 	FaultTranslation                  // the mkey's translation cannot be used (bad entry)
+	FaultQP                           // the mkey (a type 2 memory window) is bound to another QP
 )
 
 var faultNames = [...]string{
@@ -35,6 +36,7 @@ var faultNames = [...]string{
 	FaultCycle:       "indirection cycle",
 	FaultUnmapped:    "unmapped memory",
 	FaultTranslation: "bad translation",
+	FaultQP:          "bound to another QP",
 }
 
 func (k FaultKind) String() string {

@@ -20,7 +20,14 @@ type Request struct {
 	// LocalWrite for a scatter, RemoteRead / RemoteWrite / Atomic for the
 	// rkey of a remote operation.
 	Access Access
+	// QPN is the QP making the access. A remote access through a key bound
+	// to a QP (a type 2 memory window: its QPN is not NoQPN) must come
+	// through that QP.
+	QPN uint32
 }
+
+// NoQPN is the QPN of a key bound to no QP (mkc qpn 0xFFFFFF).
+const NoQPN = 0xFFFFFF
 
 // Resolve appends to segs the slices of host memory that [r.Addr,
 // r.Addr+r.Len) of r.Key maps to, in order, and returns the extended
@@ -34,7 +41,14 @@ type Request struct {
 func (t *Table) Resolve(segs [][]byte, r Request) ([][]byte, error) {
 	var chain [maxDepth]uint32
 	start := len(segs)
-	segs, f := t.resolve(segs, r.Key, r.PD, r.Addr, r.Len, r.Access, 0, &chain)
+	m, f := t.enter(r.Key, r.PD, r.QPN, r.Addr, r.Len, r.Access, 0, &chain)
+	if f != nil {
+		return segs, f
+	}
+	if r.Len == 0 {
+		return segs, nil
+	}
+	segs, f = t.translate(segs, m, r.Key, r.PD, r.Addr, r.Len, r.Access, 0, &chain)
 	if f != nil {
 		return segs[:start], f
 	}
@@ -63,7 +77,7 @@ func (t *Table) ResolveEntries(segs [][]byte, r Request, e *Entries) ([][]byte, 
 	*e = Entries{}
 	var chain [maxDepth]uint32
 	start := len(segs)
-	m, f := t.enter(r.Key, r.PD, r.Addr, r.Len, r.Access, 0, &chain)
+	m, f := t.enter(r.Key, r.PD, r.QPN, r.Addr, r.Len, r.Access, 0, &chain)
 	if f != nil {
 		return segs, f
 	}
@@ -92,7 +106,7 @@ func (t *Table) fault(kind FaultKind, key Key, depth int, addr, n uint64, need A
 }
 
 func (t *Table) resolve(segs [][]byte, key Key, pd uint32, addr, n uint64, need Access, depth int, chain *[maxDepth]uint32) ([][]byte, *Fault) {
-	m, f := t.enter(key, pd, addr, n, need, depth, chain)
+	m, f := t.enter(key, pd, NoQPN, addr, n, need, depth, chain)
 	if f != nil || n == 0 {
 		return segs, f
 	}
@@ -101,8 +115,9 @@ func (t *Table) resolve(segs [][]byte, key Key, pd uint32, addr, n uint64, need 
 
 // enter checks an access through key at depth: index, variant, state, PD,
 // permissions, range and, for an indirect key, the depth and the chain of
-// keys (which it extends with this one).
-func (t *Table) enter(key Key, pd uint32, addr, n uint64, need Access, depth int, chain *[maxDepth]uint32) (*Mkey, *Fault) {
+// keys (which it extends with this one). qpn is the accessing QP, checked
+// for a remote access through a key bound to a QP.
+func (t *Table) enter(key Key, pd, qpn uint32, addr, n uint64, need Access, depth int, chain *[maxDepth]uint32) (*Mkey, *Fault) {
 	idx := key.Index()
 	m := t.Lookup(idx)
 	switch {
@@ -116,6 +131,8 @@ func (t *Table) enter(key Key, pd uint32, addr, n uint64, need Access, depth int
 		return nil, t.fault(FaultPD, key, depth, addr, n, need)
 	case need&^m.Access != 0:
 		return nil, t.fault(FaultAccess, key, depth, addr, n, need)
+	case m.QPN != NoQPN && m.QPN != qpn && need.Remote():
+		return nil, t.fault(FaultQP, key, depth, addr, n, need)
 	case addr < m.StartAddr || addr+n < addr:
 		return nil, t.fault(FaultRange, key, depth, addr, n, need)
 	case !m.tr.ok:

@@ -17,6 +17,7 @@ var (
 	ErrNotFree          = errors.New("umr: mkey is not free")
 	ErrFree             = errors.New("umr: mkey is free")
 	ErrNotUMR           = errors.New("umr: mkey was not created with umr_en")
+	ErrQPN              = errors.New("umr: mkey is bound to another QP")
 	ErrBadBSF           = errors.New("umr: BSF missing or not 64 bytes")
 	ErrBadFlags         = errors.New("umr: flags not supported")
 	ErrFetch            = errors.New("umr: cannot read the translation through its data segment")
@@ -42,6 +43,9 @@ type Op struct {
 	XLTOffset uint64
 	// BSF is the BSF when the mask enables one.
 	BSF []byte
+	// Poster is the number of the QP that posted the UMR, for
+	// FlagCheckQPN (set by the caller; Decode leaves it 0).
+	Poster uint32
 }
 
 // IsLocalInvalidate reports whether op is a LOCAL_INV: it only sets the
@@ -65,7 +69,7 @@ func Decode(body []byte, target klm.Key, fetch Fetcher) (*Op, error) {
 	if bad := c.Mask &^ MaskKnown; bad != 0 {
 		return nil, fmt.Errorf("mask %#x: unknown bits %#x: %w", uint64(c.Mask), uint64(bad), ErrUnknownMask)
 	}
-	if c.Flags&(FlagCheckQPN|0x07) != 0 || c.Flags&(FlagCheckFree|FlagCheckNotFree) == FlagCheckFree|FlagCheckNotFree {
+	if c.Flags&0x07 != 0 || c.Flags&(FlagCheckFree|FlagCheckNotFree) == FlagCheckFree|FlagCheckNotFree {
 		return nil, fmt.Errorf("flags %#02x: %w", c.Flags, ErrBadFlags)
 	}
 	bsf := c.Mask&MaskBSFEnable != 0 && op.Mkey.BSFEnabled
@@ -136,6 +140,9 @@ func next(cur *klm.Mkey, op *Op) (*klm.Mkey, error) {
 	}
 	if c.Flags&FlagCheckFree != 0 && cur.Free {
 		return nil, ErrFree
+	}
+	if c.Flags&FlagCheckQPN != 0 && cur.QPN != klm.NoQPN && cur.QPN != op.Poster {
+		return nil, ErrQPN
 	}
 	m := cur.Clone()
 	mask := c.Mask

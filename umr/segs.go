@@ -26,7 +26,7 @@ const (
 	FlagCheckFree    = 0x40 // fail if the mkey is free (MLX5_UMR_CHECK_FREE)
 	FlagCheckNotFree = 0x20 // fail if the mkey is not free (MLX5_UMR_CHECK_NOT_FREE)
 	FlagXLTOffset    = 0x10 // write the translation at xlt_offset
-	FlagCheckQPN     = 0x08 // rdma-core: check the mkey's QPN (not modelled: refused)
+	FlagCheckQPN     = 0x08 // rdma-core: fail if the mkey is bound to a QP other than the poster
 )
 
 // Mask is the mkey_mask: the mkey context fields a UMR modifies.

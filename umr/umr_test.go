@@ -273,9 +273,9 @@ func TestDecodeErrors(t *testing.T) {
 			b[0] |= FlagCheckFree | FlagCheckNotFree
 			return b
 		}(), ErrBadFlags},
-		{"check QPN", func() []byte {
+		{"reserved flag bit", func() []byte {
 			b := append([]byte(nil), good...)
-			b[0] |= FlagCheckQPN
+			b[0] |= 0x01
 			return b
 		}(), ErrBadFlags},
 		{"BSF missing", wqe(CtrlFields{Flags: FlagInline, Mask: MaskSignature}, MkeyFields{BSFEnabled: true}, klmList(), nil), ErrBadBSF},
