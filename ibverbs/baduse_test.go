@@ -163,3 +163,13 @@ func TestUDVerbs(t *testing.T) {
 	bin := buildC(t, filepath.Join("c", "test", "ud.c"), "-libverbs")
 	runChecks(t, lib, frontendtest.Daemon(t), bin, 20)
 }
+
+// TestMWVerbs: memory windows through the front end (c/test/mw.c) — type 1
+// and type 2 binds, access through a window's rkey within its range and
+// rights, unbinding, LOCAL_INV and SEND_WITH_INV of a type 2 window, the
+// QP a type 2 window is bound to, IBV_WC_MW_BIND_ERR for a rebind.
+func TestMWVerbs(t *testing.T) {
+	lib := frontendtest.Lib(t)
+	bin := buildC(t, filepath.Join("c", "test", "mw.c"), "-libverbs")
+	runChecks(t, lib, frontendtest.Daemon(t), bin, 22)
+}

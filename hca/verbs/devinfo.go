@@ -234,9 +234,12 @@ func (c *Context) QueryDevice() (DeviceAttr, error) {
 		MaxSRQ:    int(k.MaxQP),
 		MaxSRQWR:  1<<k.LogMaxRQSize - 1,
 		MaxSRQSGE: int(k.MaxSGE),
-		// RC_RNR_NAK_GEN: receivers NAK with RNR; the rest as the front
+		// RC_RNR_NAK_GEN: receivers NAK with RNR; memory windows of type
+		// 1 and 2B (mkeys bound by UMR, as on mlx5); the rest as the front
 		// end sets them.
-		DeviceCapFlags:  DeviceRCRNRNAKGen | DevicePortActiveEvent | DeviceSysImageGUID | DeviceChangePhyPort,
+		DeviceCapFlags: DeviceRCRNRNAKGen | DevicePortActiveEvent | DeviceSysImageGUID | DeviceChangePhyPort |
+			DeviceMemWindow | DeviceMemWindowType2B,
+		MaxMW:           int(k.Mkey.MaxMkeys),
 		MaxSGE:          int(k.MaxSGE),
 		MaxSGERd:        int(k.MaxSGE),
 		MaxCQ:           int(k.MaxCQ),

@@ -215,7 +215,9 @@ static struct hc_cq *create_cq(struct ibv_context *c, int cqe, void *cq_context,
 		return NULL;
 	}
 	size_t ring = (size_t)CQE_SIZE << log;
-	int err = hc_dma_alloc(ctx, ring + 64, &cq->mem);
+	int err = hc_alloc_type_ok("MLX_CQ_ALLOC_TYPE");
+	if (!err)
+		err = hc_dma_alloc(ctx, ring + 64, &cq->mem);
 	if (err) {
 		hc_zfree(cq);
 		errno = err;

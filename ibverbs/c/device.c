@@ -240,12 +240,13 @@ HC_EXPORT int ibv_query_device(struct ibv_context *c, struct ibv_device_attr *a)
 	a->max_srq_wr = (1 << k->log_max_rq) - 1;
 	a->max_srq_sge = k->max_sge;
 	a->device_cap_flags = IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_PORT_ACTIVE_EVENT | IBV_DEVICE_SYS_IMAGE_GUID |
-			      IBV_DEVICE_CHANGE_PHY_PORT;
+			      IBV_DEVICE_CHANGE_PHY_PORT | IBV_DEVICE_MEM_WINDOW | IBV_DEVICE_MEM_WINDOW_TYPE_2B;
 	a->max_sge = k->max_sge;
 	a->max_sge_rd = k->max_sge;
 	a->max_cq = (int)k->max_cq;
 	a->max_cqe = (1 << k->log_max_cq) - 1;
 	a->max_mr = (int)k->max_mkeys;
+	a->max_mw = (int)k->max_mkeys;
 	a->max_pd = (int)k->max_pd;
 	a->max_qp_rd_atom = k->max_rd_atomic;
 	a->max_qp_init_rd_atom = k->max_rd_atomic;

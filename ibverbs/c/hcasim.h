@@ -386,6 +386,15 @@ int hc_get_srq_num(struct ibv_srq *q, uint32_t *num);
 
 /* qp.c */
 int hc_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad);
+/* Memory windows (mw.c). hc_bind_segs writes a bind's (or, with length 0,
+ * an unbind's) UMR control, mkey context and KLM segments at p and returns
+ * their size. */
+struct ibv_mw *hc_alloc_mw(struct ibv_pd *pd, enum ibv_mw_type type);
+int hc_dealloc_mw(struct ibv_mw *mw);
+int hc_bind_mw(struct ibv_qp *qp, struct ibv_mw *mw, struct ibv_mw_bind *mb);
+size_t hc_bind_segs(uint8_t *p, enum ibv_mw_type type, uint32_t rkey, const struct ibv_mw_bind_info *b, uint32_t qpn);
+unsigned hc_mr_access(struct ibv_mr *mr);
+int hc_alloc_type_ok(const char *env);
 int hc_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad);
 struct ibv_qp *hc_create_qp_ex(struct ibv_context *c, struct ibv_qp_init_attr_ex *a);
 struct ibv_qp *hc_create_qp(struct ibv_context *c, struct ibv_qp_init_attr_ex *a, const struct hc_qp_dv *dv);

@@ -78,6 +78,31 @@ void hc_zfree(void *q)
 	munmap(p, size);
 }
 
+/* hc_alloc_type_ok applies mlx5's MLX_{CQ,QP,SRQ}_ALLOC_TYPE variable env
+ * (rdma-core's mlx5 provider): HUGE asks for the queue in huge pages and
+ * fails the create with ENOMEM when the system has none to give; PREFER_HUGE
+ * and the others fall back. hcasim's queues stay in ordinary shared pages
+ * either way: it only probes that a 2 MiB huge page could be had. */
+int hc_alloc_type_ok(const char *env)
+{
+	const char *v = getenv(env);
+	if (!v || strcmp(v, "HUGE"))
+		return 0;
+	int fd = memfd_create("hcasim-huge-probe", MFD_CLOEXEC | MFD_HUGETLB);
+	if (fd < 0)
+		return ENOMEM;
+	int err = ftruncate(fd, 2 << 20) ? ENOMEM : 0;
+	if (!err) {
+		void *p = mmap(NULL, 2 << 20, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+		if (p == MAP_FAILED)
+			err = ENOMEM;
+		else
+			munmap(p, 2 << 20);
+	}
+	close(fd);
+	return err;
+}
+
 /* hc_dma_alloc allocates len zeroed bytes shared with the daemon. */
 int hc_dma_alloc(struct hc_context *ctx, size_t len, struct hc_dma *d)
 {
@@ -943,3 +968,6 @@ HC_EXPORT int ibv_dofork_range(void *base, size_t size)
 	(void)size;
 	return 0;
 }
+
+/* hc_mr_access returns the access flags mr was registered with. */
+unsigned hc_mr_access(struct ibv_mr *mr) { return ((struct hc_mr *)mr)->access; }

@@ -76,7 +76,8 @@ struct ibv_qp *hc_create_qp(struct ibv_context *c, struct ibv_qp_init_attr_ex *a
 	}
 	/* mlx5's supported send ops, per QP type (MLX5_SUPPORTED_SEND_OPS_FLAGS_*). */
 	const uint64_t uc_ops = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM | IBV_QP_EX_WITH_SEND |
-				IBV_QP_EX_WITH_SEND_WITH_IMM | IBV_QP_EX_WITH_LOCAL_INV | IBV_QP_EX_WITH_SEND_WITH_INV;
+				IBV_QP_EX_WITH_SEND_WITH_IMM | IBV_QP_EX_WITH_LOCAL_INV | IBV_QP_EX_WITH_SEND_WITH_INV |
+				IBV_QP_EX_WITH_BIND_MW;
 	const uint64_t ud_ops = IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM;
 	const uint64_t ops = ud   ? ud_ops
 			     : uc ? uc_ops
@@ -99,9 +100,11 @@ struct ibv_qp *hc_create_qp(struct ibv_context *c, struct ibv_qp_init_attr_ex *a
 		errno = EINVAL;
 		return NULL;
 	}
-	/* A UD WQE: the control and the datagram segment; RC: the control,
-	 * a remote address and an atomic segment. */
-	size_t overhead = dv && dv->overhead ? dv->overhead : ud ? SEG + HC_DATAGRAM_SEG : 3 * SEG;
+	/* A UD WQE: the control and the datagram segment; RC and UC: the
+	 * control and the larger of a remote address with an atomic segment
+	 * and a window bind (UMR control, mkey context, a KLM padded to 64),
+	 * as mlx5's sq_overhead. */
+	size_t overhead = dv && dv->overhead ? dv->overhead : ud ? SEG + HC_DATAGRAM_SEG : SEG + 48 + 64 + 64;
 	int bb = wqebbs_for(&cap, overhead);
 	uint8_t sq_log = log2ceil((size_t)(cap.max_send_wr ? cap.max_send_wr : 1) * (size_t)bb);
 	uint8_t rq_log = log2ceil(cap.max_recv_wr ? cap.max_recv_wr : 1);
@@ -127,7 +130,9 @@ struct ibv_qp *hc_create_qp(struct ibv_context *c, struct ibv_qp_init_attr_ex *a
 	qp->wrop = hc_zalloc(n);
 	qp->nbb = hc_zalloc(n);
 	qp->rwrid = hc_zalloc(((size_t)1 << rq_log) * sizeof *qp->rwrid);
-	int err = !qp->wrid || !qp->wrop || !qp->nbb || !qp->rwrid ? ENOMEM : hc_dma_alloc(ctx, sqb + rqb + 64, &qp->mem);
+	int err = !qp->wrid || !qp->wrop || !qp->nbb || !qp->rwrid ? ENOMEM : hc_alloc_type_ok("MLX_QP_ALLOC_TYPE");
+	if (!err)
+		err = hc_dma_alloc(ctx, sqb + rqb + 64, &qp->mem);
 	if (err) {
 		qp_free(qp);
 		errno = err;
@@ -691,6 +696,7 @@ static const struct {
 	[IBV_WR_ATOMIC_FETCH_AND_ADD] = {HC_OP_ATOMIC_FA, IBV_WC_FETCH_ADD},
 	[IBV_WR_LOCAL_INV] = {HC_OP_UMR, IBV_WC_LOCAL_INV},
 	[IBV_WR_SEND_WITH_INV] = {HC_OP_SEND_INV, IBV_WC_SEND},
+	[IBV_WR_BIND_MW] = {HC_OP_UMR, IBV_WC_BIND_MW},
 };
 
 /* put_ud_dest fills a datagram segment's Q_Key and remote QPN (with
@@ -723,6 +729,13 @@ static int post_one(struct hc_qp *qp, struct ibv_send_wr *wr)
 	case IBV_WR_LOCAL_INV:
 		hc_put32(imm, wr->invalidate_rkey);
 		break;
+	case IBV_WR_BIND_MW:
+		if (!wr->bind_mw.mw || (wr->bind_mw.bind_info.length && !wr->bind_mw.bind_info.mr))
+			return EINVAL;
+		if (wr->bind_mw.bind_info.length > 1UL << 31)
+			return EOPNOTSUPP; /* as mlx5: a KLM maps at most 2 GiB */
+		hc_put32(imm, wr->bind_mw.mw->rkey);
+		break;
 	default:
 		break;
 	}
@@ -742,6 +755,9 @@ static int post_one(struct hc_qp *qp, struct ibv_send_wr *wr)
 	}
 	if (op == IBV_WR_LOCAL_INV) {
 		n += local_inv_segs(qp->scratch + n);
+	} else if (op == IBV_WR_BIND_MW) {
+		n += hc_bind_segs(qp->scratch + n, wr->bind_mw.mw->type, wr->bind_mw.rkey, &wr->bind_mw.bind_info,
+				  qp->qpx.qp_base.qp_num);
 	} else if ((wr->send_flags & IBV_SEND_INLINE) && wr->num_sge && op != IBV_WR_RDMA_READ && !atomic) {
 		/* rdma-core writes an inline segment only for a WR with SGEs. */
 		void *addrs[64];
@@ -766,7 +782,7 @@ static int post_one(struct hc_qp *qp, struct ibv_send_wr *wr)
 	int local = op == IBV_WR_LOCAL_INV;
 	put_ctrl(qp, send_ops[op].op, n, get_fence(qp, local, wr->send_flags & IBV_SEND_FENCE),
 		 (wr->send_flags & IBV_SEND_SIGNALED) || qp->sig_all, wr->send_flags & IBV_SEND_SOLICITED, imm);
-	return commit(qp, n, wr->wr_id, send_ops[op].wc, local);
+	return commit(qp, n, wr->wr_id, send_ops[op].wc, local || op == IBV_WR_BIND_MW);
 }
 
 /* publish_sq stores the send counter in the doorbell record. Called with
@@ -1053,13 +1069,20 @@ static void x_bad(struct ibv_qp_ex *x)
 	if (!qp->wr_err)
 		qp->wr_err = EOPNOTSUPP;
 }
+/* x_bind_mw is mlx5_send_wr_bind_mw: always the type 2 form, with the
+ * caller's new rkey (the window's rkey field is left to the caller). */
 static void x_bind_mw(struct ibv_qp_ex *x, struct ibv_mw *mw, uint32_t rkey, const struct ibv_mw_bind_info *b)
 {
-	(void)mw;
-	(void)rkey;
-	(void)b;
-	HC_UNIMPLEMENTED("ibv_wr_bind_mw");
-	x_bad(x);
+	struct hc_qp *qp = qpx_qp(x);
+	int err = !mw || !b || (b->length && !b->mr) ? EINVAL : b->length > 1UL << 31 ? EOPNOTSUPP : 0;
+	if (err) {
+		wr_close(qp);
+		if (!qp->wr_err)
+			qp->wr_err = err;
+		return;
+	}
+	qp = wr_open(x, HC_OP_UMR, IBV_WC_BIND_MW, be(mw->rkey));
+	qp->wr_len += hc_bind_segs(qp->scratch + qp->wr_len, IBV_MW_TYPE_2, rkey, b, qp->qpx.qp_base.qp_num);
 }
 static void x_send_tso(struct ibv_qp_ex *x, void *hdr, uint16_t sz, uint16_t mss)
 {

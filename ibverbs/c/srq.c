@@ -32,8 +32,9 @@ HC_EXPORT struct ibv_srq *ibv_create_srq(struct ibv_pd *pd, struct ibv_srq_init_
 	struct hc_caps *k = &ctx->caps;
 	struct ibv_srq_attr *at = &a->attr;
 	/* As mlx5: max_wr + 1 WQEs (the list's tail stays free), each a next
-	 * segment and max_sge data segments. */
-	if (at->max_wr == 0 || at->max_wr >= (1u << k->log_max_rq) || at->max_sge == 0 || at->max_sge > k->max_sge ||
+	 * segment and max_sge data segments, at least 32 bytes. mlx5 and the
+	 * kernel take max_wr and max_sge 0 (an SRQ that holds no receive). */
+	if (at->max_wr >= (1u << k->log_max_rq) || at->max_sge > k->max_sge ||
 	    at->srq_limit > at->max_wr) {
 		errno = EINVAL;
 		return NULL;
@@ -51,7 +52,9 @@ HC_EXPORT struct ibv_srq *ibv_create_srq(struct ibv_pd *pd, struct ibv_srq_init_
 	s->max_sge = (uint32_t)(((1u << s->shift) - SRQ_NEXT) / SEG);
 	size_t n = (size_t)1 << s->log, ringb = n << s->shift;
 	s->wrid = hc_zalloc(n * sizeof *s->wrid);
-	int err = !s->wrid ? ENOMEM : hc_dma_alloc(ctx, ringb + 64, &s->mem);
+	int err = !s->wrid ? ENOMEM : hc_alloc_type_ok("MLX_SRQ_ALLOC_TYPE");
+	if (!err)
+		err = hc_dma_alloc(ctx, ringb + 64, &s->mem);
 	if (err) {
 		hc_zfree(s->wrid);
 		hc_zfree(s);

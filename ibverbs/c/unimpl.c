@@ -21,9 +21,6 @@
 		return NULL;                                                                                           \
 	}
 
-UNIMPL_PTR(u_alloc_mw, "ibv_alloc_mw")
-UNIMPL_INT(u_bind_mw, "ibv_bind_mw")
-UNIMPL_INT(u_dealloc_mw, "ibv_dealloc_mw")
 UNIMPL_INT(u_advise_mr, "ibv_advise_mr")
 UNIMPL_PTR(u_alloc_null_mr, "ibv_alloc_null_mr")
 UNIMPL_INT(u_read_counters, "ibv_read_counters")
@@ -62,9 +59,9 @@ UNIMPL_INT(u_close_xrcd, "ibv_close_xrcd")
 void hc_fill_unimplemented_ops(struct hc_context *ctx)
 {
 	struct ibv_context_ops *o = &ctx->vctx.context.ops;
-	SET(o->alloc_mw, u_alloc_mw);
-	SET(o->bind_mw, u_bind_mw);
-	SET(o->dealloc_mw, u_dealloc_mw);
+	o->alloc_mw = hc_alloc_mw;
+	o->bind_mw = hc_bind_mw;
+	o->dealloc_mw = hc_dealloc_mw;
 	o->post_srq_recv = hc_post_srq_recv;
 	struct verbs_context *v = &ctx->vctx;
 	SET(v->advise_mr, u_advise_mr);
