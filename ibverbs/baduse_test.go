@@ -133,7 +133,7 @@ func TestCallers(t *testing.T) {
 func TestSRQVerbs(t *testing.T) {
 	lib := frontendtest.Lib(t)
 	bin := buildC(t, filepath.Join("c", "test", "srq.c"), "-libverbs")
-	runChecks(t, lib, frontendtest.Daemon(t), bin, 26)
+	runChecks(t, lib, frontendtest.Daemon(t), bin, 25)
 }
 
 // TestResizeCQ: ibv_resize_cq keeps the completions a CQ holds, in order,

@@ -34,6 +34,10 @@ func FuzzDecodeApply(f *testing.F) {
 	f.Add(wqe(CtrlFields{Flags: FlagInline | FlagCheckNotFree, Mask: MaskSignature},
 		MkeyFields{Access: klm.LocalRead | klm.LocalWrite, Len: 4160, Variant: 0x11, BSFEnabled: true}, sig, bytes.Repeat([]byte{0xC0}, 64)), uint8(4))
 	f.Add([]byte(strings.Repeat("\x00", 112)), uint8(1))
+	// rdma-core's window binds (type 2 bind, type 2 unbind, type 1 bind).
+	f.Add(bindWQE(2, 0x12, 0x42, klm.ReservedLKey, 0x10000, 64, klm.LocalWrite|klm.RemoteWrite), uint8(0))
+	f.Add(bindWQE(2, 0, 0x42, klm.ReservedLKey, 0, 0, 0), uint8(0))
+	f.Add(bindWQE(1, 0x13, 0, klm.ReservedLKey, 0x10000, 64, klm.LocalWrite|klm.RemoteRead), uint8(4))
 	f.Fuzz(func(t *testing.T, body []byte, which uint8) {
 		e, keys := fuzzEnv(t)
 		k := keys[int(which)%len(keys)]

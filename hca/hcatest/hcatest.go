@@ -157,6 +157,7 @@ var groups = []group{
 	{"Isolation", isolationScenarios},
 	{"SRQ", srqScenarios},
 	{"UC", ucScenarios},
+	{"MW", mwScenarios},
 }
 
 type suite struct {

@@ -199,6 +199,8 @@ type SendWR struct {
 	Prot *SGE
 	// Mkey is WRMkeyConfigure's configuration.
 	Mkey *MkeyConfig
+	// Bind is WRBindMW's bind.
+	Bind *MWBind
 }
 
 // RecvWR is a receive work request.
@@ -647,6 +649,8 @@ func (qp *QP) post(wr *SendWR) error {
 		return qp.postRegMR(wr)
 	case WRLocalInv:
 		return qp.postLocalInv(wr)
+	case WRBindMW:
+		return qp.postBindMW(wr)
 	}
 	if wr.Opcode >= numWROpcodes {
 		return ErrBadOpcode
@@ -707,6 +711,8 @@ func (qp *QP) sendDone(e cq.CQE, op cq.Opcode, wc *WC) {
 		wc.Opcode = WCUMR
 	case WRLocalInv:
 		wc.Opcode = WCLocalInv
+	case WRBindMW:
+		wc.Opcode = WCBindMW
 	default:
 		wc.Opcode = wcOpcode(sq.Opcode(e.WQEOpcode()))
 	}
