@@ -101,6 +101,7 @@ var lossSensitive = map[string]bool{
 	"Flush/RemoteErrorMidBatch": true, "Flush/ReceivesOfQPInError": true, "QPState/ResetAndReuse": true, "QPState/SQDWithOutstandingWork": true,
 	"IntegrityErrors": true, "FastReg/Lifecycle": true, "CQ/ArmSolicitedOnly": true,
 	"UC": true, // a lost UC packet loses its message: that is the transport
+	"MW": true, // each window scenario checks remote access errors
 }
 
 // RunOptions runs every scenario as a subtest of t with the options.
