@@ -102,6 +102,7 @@ var lossSensitive = map[string]bool{
 	"IntegrityErrors": true, "FastReg/Lifecycle": true, "CQ/ArmSolicitedOnly": true,
 	"UC": true, // a lost UC packet loses its message: that is the transport
 	"MW": true, // each window scenario checks remote access errors
+	"UD": true, // a lost datagram is lost: that is the transport
 }
 
 // RunOptions runs every scenario as a subtest of t with the options.
@@ -159,6 +160,7 @@ var groups = []group{
 	{"SRQ", srqScenarios},
 	{"UC", ucScenarios},
 	{"MW", mwScenarios},
+	{"UD", udScenarios},
 }
 
 type suite struct {

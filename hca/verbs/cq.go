@@ -131,6 +131,10 @@ type WC struct {
 	WithImm bool
 	WithInv bool
 	QPN     uint32
+	// SrcQP is the sending QP and GRH reports the 40-byte GRH at the head
+	// of the buffer (UD receives).
+	SrcQP uint32
+	GRH   bool
 }
 
 // CQ is a completion queue. Poll is thread-compatible (one poller at a

@@ -53,6 +53,10 @@ const (
 	// completes once it is on its way (no ACK), and a message the peer
 	// cannot take, or lost on the wire, is dropped silently.
 	QPTypeUC
+	// QPTypeUD is unreliable datagram: SEND and SEND with immediate of at
+	// most the MTU, each to the QP its SendWR.UD names; every receive
+	// buffer starts with the 40-byte GRH.
+	QPTypeUD
 )
 
 // String returns the type's verbs name.
@@ -62,6 +66,8 @@ func (t QPType) String() string {
 		return "RC"
 	case QPTypeUC:
 		return "UC"
+	case QPTypeUD:
+		return "UD"
 	}
 	return fmt.Sprintf("QPType(%d)", uint8(t))
 }
@@ -99,6 +105,9 @@ const (
 	// AttrCurState says the QP is in CurState (IBV_QP_CUR_STATE): for a
 	// QP the device moved itself, as signature pipelining moves it to SQD.
 	AttrCurState
+	// AttrQKey sets QKey on INIT→INIT, RTR→RTS, RTS→RTS and SQD→RTS of a
+	// UD QP (RESET→INIT always takes it).
+	AttrQKey
 )
 
 // QPAttr are modifiable QP attributes; State is the target state.
@@ -122,6 +131,8 @@ type QPAttr struct {
 	RNRRetry        uint8 // 7: retry forever
 	MaxRDAtomic     uint8
 	MaxDestRDAtomic uint8
+	// QKey is a UD QP's Q_Key: a datagram whose Q_Key differs is dropped.
+	QKey uint32
 }
 
 // MTU is a path MTU in IB's encoding (IBV_MTU_*).
@@ -201,6 +212,19 @@ type SendWR struct {
 	Mkey *MkeyConfig
 	// Bind is WRBindMW's bind.
 	Bind *MWBind
+	// UD is the destination of a UD QP's send.
+	UD *UDDest
+}
+
+// UDDest addresses a datagram: the destination QP and its Q_Key (bit 31
+// set: the sending QP's own), and the port it is on as QPInfo gives it.
+type UDDest struct {
+	QPN, QKey uint32
+	LID       uint16
+	GID       [16]byte
+	// SGIDIndex is the source GID index (0: the port's link-local GID).
+	SGIDIndex uint8
+	HopLimit  uint8
 }
 
 // RecvWR is a receive work request.
@@ -280,7 +304,7 @@ func (pd *PD) CreateQP(a *QPInitAttr) (*QP, error) {
 	}
 	if a.SendCQ == nil || a.RecvCQ == nil || cp.MaxSendWR <= 0 || cp.MaxRecvWR <= 0 ||
 		cp.MaxSendSGE < 0 || cp.MaxRecvSGE <= 0 || cp.MaxSendSGE > int(c.caps.MaxSGE) || cp.MaxRecvSGE > int(c.caps.MaxSGE) ||
-		cp.MaxInline < 0 || cp.MaxInline > int(c.caps.MaxInline) || a.Type > QPTypeUC {
+		cp.MaxInline < 0 || cp.MaxInline > int(c.caps.MaxInline) || a.Type > QPTypeUD {
 		return nil, fmt.Errorf("create qp %+v: %w", cp, ErrInvalid)
 	}
 	if cp.MaxSendSGE == 0 {
@@ -325,6 +349,9 @@ func (pd *PD) CreateQP(a *QPInitAttr) (*QP, error) {
 		flags |= ifc.QPFlagDrainSigErr
 	}
 	in.Put32(ifc.QPInFlags, flags)
+	if a.Type == QPTypeUD {
+		in.Put8(ifc.QPInType, ifc.QPTypeUD)
+	}
 	if a.Type == QPTypeUC {
 		in.Put8(ifc.QPInType, ifc.QPTypeUC)
 	}
@@ -425,10 +452,20 @@ func (qp *QP) Modify(a *QPAttr) error {
 	default:
 		return fmt.Errorf("modify qp %#x from %v to %v: %w", qp.qpn, cur, a.State, ErrQPState)
 	}
-	in := ifc.NewIn(op, ifc.QPModifyGIDSize).Put32(ifc.QPNOff, qp.qpn)
-	if a.Mask&AttrAccess != 0 {
-		in.Put32(ifc.QPOptMask, ifc.QPOptAccess)
+	size := ifc.QPModifyGIDSize
+	if qp.typ == QPTypeUD {
+		size = ifc.QPModifyQKeySize
 	}
+	in := ifc.NewIn(op, size).Put32(ifc.QPNOff, qp.qpn)
+	opt := uint32(0)
+	if a.Mask&AttrAccess != 0 {
+		opt |= ifc.QPOptAccess
+	}
+	if qp.typ == QPTypeUD && (a.Mask&AttrQKey != 0 || op == ifc.CmdRST2INIT) {
+		opt |= ifc.QPOptQKey
+		in.Put32(ifc.QPCQKey, a.QKey)
+	}
+	in.Put32(ifc.QPOptMask, opt)
 	var acc uint8
 	if a.Access&AccessRemoteRead != 0 {
 		acc |= ifc.QPAccessRead
@@ -748,6 +785,10 @@ func (qp *QP) recvDone(e cq.CQE, op cq.Opcode, wc *WC) {
 		wc.Imm, wc.WithInv = e.Immediate(), true
 	case cq.OpRespWriteImm:
 		wc.Imm, wc.WithImm, wc.Opcode = e.Immediate(), true, WCRecvRDMAWithImm
+	}
+	if qp.typ == QPTypeUD && op != cq.OpRespErr {
+		f := e.Fields()
+		wc.SrcQP, wc.GRH = f.SrcQP, f.GRH
 	}
 }
 

@@ -34,6 +34,20 @@ func (qp *QP) postRDMA(wr *SendWR) error {
 	case WRSendWithInv:
 		imm = wr.InvalidateRKey
 	}
+	if qp.typ == QPTypeUD {
+		// mlx5's UD WQE: the datagram segment after the control segment.
+		if (wr.Opcode != WRSend && wr.Opcode != WRSendWithImm) || wr.UD == nil {
+			return fmt.Errorf("ud post of opcode %d: %w", wr.Opcode, ErrBadOpcode)
+		}
+		d := wr.UD
+		hop := d.HopLimit
+		if hop == 0 {
+			hop = 64
+		}
+		sq.DatagramSeg(seg).Encode(&sq.DatagramFields{QKey: d.QKey, DestQPN: d.QPN, RLID: d.LID, HopLimit: hop, GRH: true,
+			SGIDIndex: d.SGIDIndex, RGID: d.GID})
+		n += sq.DatagramSegSize
+	}
 	switch wr.Opcode {
 	case WRRDMAWrite, WRRDMAWriteWithImm, WRRDMARead, WRAtomicCmpSwp, WRAtomicFetchAdd:
 		sq.RaddrSeg(seg).Encode(&sq.RaddrFields{Addr: wr.RemoteAddr, RKey: wr.RKey})
