@@ -34,14 +34,21 @@ func mwDenied(t *testing.T, what string, a, b *node, addr uint64, key uint32, id
 	brokenResponder(t, xb, b.mr.SGE(0, 8))
 }
 
-// bind2 binds type 2 window mw on e to a range of mr with a new variant
-// and returns the window's new key.
-func bind2(t *testing.T, e *ep, mw *verbs.MW, mr *verbs.MR, addr, n uint64, id uint64) uint32 {
-	t.Helper()
+// postBind2 posts a WRBindMW of type 2 window mw to a range of mr with
+// the key's next variant, and returns that key.
+func postBind2(e *ep, mw *verbs.MW, mr *verbs.MR, addr, n uint64, id uint64) uint32 {
 	k := klm.Key(mw.RKey)
 	key := uint32(klm.MakeKey(k.Index(), k.Variant()+1))
 	e.post(verbs.SendWR{WRID: id, Opcode: verbs.WRBindMW, Flags: verbs.SendSignaled, Bind: &verbs.MWBind{MW: mw, RKey: key,
 		MR: mr, Addr: addr, Length: n, Access: verbs.AccessLocalWrite | verbs.AccessRemoteWrite | verbs.AccessRemoteRead}})
+	return key
+}
+
+// bind2 binds type 2 window mw on e to a range of mr with a new variant
+// and returns the window's new key.
+func bind2(t *testing.T, e *ep, mw *verbs.MW, mr *verbs.MR, addr, n uint64, id uint64) uint32 {
+	t.Helper()
+	key := postBind2(e, mw, mr, addr, n, id)
 	Check(t, "bind of the type 2 window", Poll1(t, e.scq), Want{WRID: id, Op: verbs.WCBindMW, Len: AnyLen})
 	mw.RKey = key
 	return key
@@ -96,9 +103,7 @@ func mwType2(t *testing.T, s *suite) {
 	Check(t, "read through the type 2 window on its QP", Poll1(t, ea.scq), Want{WRID: 2, Op: verbs.WCRDMARead, Len: 256})
 	sameBytes(t, "read through the window", a.buf[:256], region[4096:4352])
 	mwDenied(t, "the type 2 window through another QP", a, b, win, key, 3)
-	k := klm.Key(key)
-	eb.post(verbs.SendWR{WRID: 4, Opcode: verbs.WRBindMW, Flags: verbs.SendSignaled, Bind: &verbs.MWBind{MW: mw,
-		RKey: uint32(klm.MakeKey(k.Index(), k.Variant()+1)), MR: lmr, Addr: win, Length: 256, Access: verbs.AccessLocalWrite | verbs.AccessRemoteWrite}})
+	postBind2(eb, mw, lmr, win, 256, 4)
 	CheckErr(t, "rebind of a bound type 2 window", Poll1(t, eb.scq), 4, verbs.WCMWBindErr, eb.qp.QPN())
 }
 

@@ -365,6 +365,11 @@ void hc_zfree(void *p);
 int hc_dma_alloc(struct hc_context *ctx, size_t len, struct hc_dma *d);
 void hc_dma_free(struct hc_context *ctx, struct hc_dma *d);
 void hc_mr_context_closed(struct hc_context *ctx);
+uint8_t hc_mkey_access(unsigned access);
+uint8_t hc_next_variant(struct hc_context *ctx);
+int hc_obj_destroy(struct hc_context *ctx, uint16_t op, uint32_t num);
+int hc_create_free_klm(struct hc_context *ctx, uint32_t pd, uint8_t variant, uint32_t flags, uint32_t bsf,
+		       uint32_t octowords, uint32_t *index);
 
 /* objects: tables by number */
 enum { HC_TAB_CQ, HC_TAB_QP, HC_TAB_MKEY, HC_TAB_SRQ };

@@ -674,7 +674,9 @@ static int cover(uintptr_t s, uintptr_t e, struct region ***out, size_t *nout)
 	return 0;
 }
 
-static uint8_t mkey_access(unsigned access)
+/* hc_mkey_access is the mkey context's access byte for verbs access
+ * flags: local read always, then LW RR RW A. */
+uint8_t hc_mkey_access(unsigned access)
 {
 	uint8_t a = 0x04; /* local read */
 	if (access & IBV_ACCESS_LOCAL_WRITE)
@@ -790,10 +792,8 @@ static int mr_make(struct hc_context *ctx, struct ibv_pd *pd, void *addr, size_t
 	uint8_t *mk = in + 16;
 	/* umr_en, as the kernel's mlx5 driver makes user MRs: ibv_rereg_mr
 	 * changes access and PD in place with a UMR (hc_umr_modify). */
-	mk[2] = 0x80 | mkey_access(access) | 0x01; /* access_mode MTT */
-	pthread_mutex_lock(&ctx->obj_mu);
-	uint8_t variant = ++ctx->variant;
-	pthread_mutex_unlock(&ctx->obj_mu);
+	mk[2] = 0x80 | hc_mkey_access(access) | 0x01; /* access_mode MTT */
+	uint8_t variant = hc_next_variant(ctx);
 	hc_put32(mk + 4, 0xFFFFFFu << 8 | variant);
 	hc_put32(mk + 12, pd->handle & 0xFFFFFF);
 	hc_put64(mk + 16, iova);
@@ -824,13 +824,46 @@ fail:
 	return err;
 }
 
-static int destroy_mkey(struct hc_context *ctx, uint32_t index)
+/* hc_next_variant is the next key variant (the low byte of an lkey). */
+uint8_t hc_next_variant(struct hc_context *ctx)
+{
+	pthread_mutex_lock(&ctx->obj_mu);
+	uint8_t v = ++ctx->variant;
+	pthread_mutex_unlock(&ctx->obj_mu);
+	return v;
+}
+
+/* hc_obj_destroy runs a destroy command (DESTROY_MKEY, DESTROY_PSV) for
+ * object num. EIO, the daemon gone, counts as done: so is the object. */
+int hc_obj_destroy(struct hc_context *ctx, uint16_t op, uint32_t num)
 {
 	uint8_t in[12], out[64];
-	hc_cmd_header(in, HC_CMD_DESTROY_MKEY);
-	hc_put32(in + 8, index);
+	hc_cmd_header(in, op);
+	hc_put32(in + 8, num);
 	int err = hc_cmd(ctx, in, sizeof in, out, sizeof out, NULL);
-	return err == EIO ? 0 : err; /* the daemon is gone: so is the key */
+	return err == EIO ? 0 : err;
+}
+
+/* hc_create_free_klm creates a free KLM mkey with umr_en and local read
+ * only, as mlx5_ib_alloc_mw and mlx5dv_create_mkey do: flags are the bits
+ * of the context's PD word above the PD (en_rinval, BSF enable), bsf the
+ * BSF octowords, octowords the KLM translation's size. */
+int hc_create_free_klm(struct hc_context *ctx, uint32_t pd, uint8_t variant, uint32_t flags, uint32_t bsf,
+		       uint32_t octowords, uint32_t *index)
+{
+	uint8_t in[80] = {0}, out[64];
+	hc_cmd_header(in, HC_CMD_CREATE_MKEY);
+	uint8_t *mk = in + 16;
+	mk[0] = 0x40;		     /* free */
+	mk[2] = 0x80 | 0x04 | 0x02; /* umr_en, local read, access mode KLMs */
+	hc_put32(mk + 4, 0xFFFFFFu << 8 | variant);
+	hc_put32(mk + 12, flags | (pd & 0xFFFFFF));
+	hc_put32(mk + 32, bsf);
+	hc_put32(mk + 52, octowords);
+	int err = hc_cmd(ctx, in, sizeof in, out, sizeof out, NULL);
+	if (!err)
+		*index = hc_get32(out + 8) & 0xFFFFFF;
+	return err;
 }
 
 HC_EXPORT struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t length, uint64_t iova,
@@ -877,7 +910,7 @@ HC_EXPORT int ibv_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void
 	}
 	if (!(flags & IBV_REREG_MR_CHANGE_TRANSLATION)) {
 		/* In place: the keys stay. */
-		err = hc_umr_modify(mr->pd, mr->lkey, flags & IBV_REREG_MR_CHANGE_ACCESS, mkey_access(nacc),
+		err = hc_umr_modify(mr->pd, mr->lkey, flags & IBV_REREG_MR_CHANGE_ACCESS, hc_mkey_access(nacc),
 				    flags & IBV_REREG_MR_CHANGE_PD ? npd : NULL);
 		if (err) {
 			errno = err;
@@ -894,9 +927,9 @@ HC_EXPORT int ibv_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void
 		errno = err;
 		return IBV_REREG_MR_ERR_CMD;
 	}
-	err = destroy_mkey(ctx, m->index);
+	err = hc_obj_destroy(ctx, HC_CMD_DESTROY_MKEY, m->index);
 	if (err) {
-		destroy_mkey(ctx, n.index);
+		hc_obj_destroy(ctx, HC_CMD_DESTROY_MKEY, n.index);
 		pthread_mutex_lock(&regions_mu);
 		mr_drop(&n);
 		pthread_mutex_unlock(&regions_mu);
@@ -925,7 +958,7 @@ HC_EXPORT struct ibv_mr *ibv_reg_mr_iova(struct ibv_pd *pd, void *addr, size_t l
 HC_EXPORT int ibv_dereg_mr(struct ibv_mr *mr)
 {
 	struct hc_mr *m = (struct hc_mr *)mr;
-	int err = destroy_mkey(hc_ctx(mr->context), m->index);
+	int err = hc_obj_destroy(hc_ctx(mr->context), HC_CMD_DESTROY_MKEY, m->index);
 	if (err)
 		return err;
 	pthread_mutex_lock(&regions_mu);

@@ -191,15 +191,6 @@ static int psv_create(struct hc_context *ctx, uint32_t pd, uint32_t *index)
 	return err;
 }
 
-static int obj_destroy(struct hc_context *ctx, uint16_t op, uint32_t num)
-{
-	uint8_t in[12], out[64];
-	hc_cmd_header(in, op);
-	hc_put32(in + 8, num);
-	int err = hc_cmd(ctx, in, sizeof in, out, sizeof out, NULL);
-	return err == EIO ? 0 : err;
-}
-
 HC_EXPORT struct mlx5dv_mkey *mlx5dv_create_mkey(struct mlx5dv_mkey_init_attr *attr)
 {
 	const uint32_t known = MLX5DV_MKEY_INIT_ATTR_FLAGS_INDIRECT | MLX5DV_MKEY_INIT_ATTR_FLAGS_BLOCK_SIGNATURE |
@@ -226,25 +217,14 @@ HC_EXPORT struct mlx5dv_mkey *mlx5dv_create_mkey(struct mlx5dv_mkey_init_attr *a
 		errno = ENOMEM;
 		return NULL;
 	}
-	uint8_t in[80] = {0}, out[64];
-	hc_cmd_header(in, HC_CMD_CREATE_MKEY);
-	uint8_t *mk = in + 16;
-	mk[0] = 0x40;		     /* free */
-	mk[2] = 0x80 | 0x04 | 0x02; /* umr_en, local read, access mode KLMs */
-	hc_put32(mk + 4, 0xFFFFFFu << 8);
-	hc_put32(mk + 12, (sig ? 1u << 30 : 0) |
-				  (attr->create_flags & MLX5DV_MKEY_INIT_ATTR_FLAGS_REMOTE_INVALIDATE ? 1u << 24 : 0) |
-				  (pd->handle & 0xFFFFFF));
-	if (sig)
-		hc_put32(mk + 32, 4); /* bsf_octword_size */
-	hc_put32(mk + 52, num_desc);
-	int err = hc_cmd(ctx, in, sizeof in, out, sizeof out, NULL);
+	uint32_t flags = (sig ? 1u << 30 : 0) |
+			 (attr->create_flags & MLX5DV_MKEY_INIT_ATTR_FLAGS_REMOTE_INVALIDATE ? 1u << 24 : 0);
+	int err = hc_create_free_klm(ctx, pd->handle, 0, flags, sig ? 4 : 0, num_desc, &m->index);
 	if (err) {
 		hc_zfree(m);
 		errno = err;
 		return NULL;
 	}
-	m->index = hc_get32(out + 8) & 0xFFFFFF;
 	m->have_key = 1;
 	m->ctx = ctx;
 	m->pd = pd;
@@ -280,19 +260,19 @@ HC_EXPORT int mlx5dv_destroy_mkey(struct mlx5dv_mkey *dvm)
 	struct hc_mkey *m = (struct hc_mkey *)dvm;
 	struct hc_context *ctx = m->ctx;
 	if (m->have_mem) {
-		int err = obj_destroy(ctx, HC_CMD_DESTROY_PSV, m->psv_mem);
+		int err = hc_obj_destroy(ctx, HC_CMD_DESTROY_PSV, m->psv_mem);
 		if (err)
 			return err;
 		m->have_mem = 0;
 	}
 	if (m->have_wire) {
-		int err = obj_destroy(ctx, HC_CMD_DESTROY_PSV, m->psv_wire);
+		int err = hc_obj_destroy(ctx, HC_CMD_DESTROY_PSV, m->psv_wire);
 		if (err)
 			return err;
 		m->have_wire = 0;
 	}
 	if (m->have_key) {
-		int err = obj_destroy(ctx, HC_CMD_DESTROY_MKEY, m->index);
+		int err = hc_obj_destroy(ctx, HC_CMD_DESTROY_MKEY, m->index);
 		if (err)
 			return err;
 		m->have_key = 0;

@@ -29,24 +29,15 @@ struct ibv_mw *hc_alloc_mw(struct ibv_pd *pd, enum ibv_mw_type type)
 		errno = ENOMEM;
 		return NULL;
 	}
-	uint8_t in[80] = {0}, out[64];
-	hc_cmd_header(in, HC_CMD_CREATE_MKEY);
-	uint8_t *mk = in + 16;
-	mk[0] = 0x40;		 /* free */
-	mk[2] = 0x80 | 0x04 | 2; /* umr_en, local read, access mode KLM */
-	pthread_mutex_lock(&ctx->obj_mu);
-	uint8_t variant = ++ctx->variant;
-	pthread_mutex_unlock(&ctx->obj_mu);
-	hc_put32(mk + 4, 0xFFFFFFu << 8 | variant);
-	hc_put32(mk + 12, (type == IBV_MW_TYPE_2 ? 1u << 24 : 0) | (pd->handle & 0xFFFFFF)); /* en_rinval, pd */
-	hc_put32(mk + 52, MW_XLT_OCTOWORDS);
-	int err = hc_cmd(ctx, in, sizeof in, out, sizeof out, NULL);
+	uint8_t variant = hc_next_variant(ctx);
+	uint32_t index;
+	int err = hc_create_free_klm(ctx, pd->handle, variant, type == IBV_MW_TYPE_2 ? 1u << 24 : 0, 0,
+				     MW_XLT_OCTOWORDS, &index); /* en_rinval for type 2 */
 	if (err) {
 		free(mw);
 		errno = err;
 		return NULL;
 	}
-	uint32_t index = hc_get32(out + 8) & 0xFFFFFF;
 	mw->context = pd->context;
 	mw->pd = pd;
 	mw->type = type;
@@ -57,11 +48,8 @@ struct ibv_mw *hc_alloc_mw(struct ibv_pd *pd, enum ibv_mw_type type)
 
 int hc_dealloc_mw(struct ibv_mw *mw)
 {
-	uint8_t in[12], out[64];
-	hc_cmd_header(in, HC_CMD_DESTROY_MKEY);
-	hc_put32(in + 8, mw->handle);
-	int err = hc_cmd(hc_ctx(mw->context), in, sizeof in, out, sizeof out, NULL);
-	if (err && err != EIO) /* EIO: the daemon is gone, and the key with it */
+	int err = hc_obj_destroy(hc_ctx(mw->context), HC_CMD_DESTROY_MKEY, mw->handle);
+	if (err)
 		return err;
 	free(mw);
 	return 0;
@@ -84,16 +72,7 @@ size_t hc_bind_segs(uint8_t *p, enum ibv_mw_type type, uint32_t rkey, const stru
 			p[0] |= 0x20; /* CHECK_FREE: the window must be unbound */
 		/* LEN START_ADDR LW RR RW A */
 		mask |= 1ULL << 0 | 1ULL << 6 | 1ULL << 18 | 1ULL << 19 | 1ULL << 20 | 1ULL << 21;
-		uint8_t a = 0;
-		if (b->mw_access_flags & IBV_ACCESS_LOCAL_WRITE)
-			a |= 0x08;
-		if (b->mw_access_flags & IBV_ACCESS_REMOTE_READ)
-			a |= 0x10;
-		if (b->mw_access_flags & IBV_ACCESS_REMOTE_WRITE)
-			a |= 0x20;
-		if (b->mw_access_flags & IBV_ACCESS_REMOTE_ATOMIC)
-			a |= 0x40;
-		mk[2] = a;
+		mk[2] = hc_mkey_access(b->mw_access_flags) & ~0x04; /* a window grants no local read */
 		hc_put64(mk + 16, b->mw_access_flags & IBV_ACCESS_ZERO_BASED ? 0 : b->addr);
 		hc_put64(mk + 24, b->length);
 	} else {

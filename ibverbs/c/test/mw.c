@@ -103,6 +103,20 @@ static int bind2(struct end *e, struct ibv_mw *mw, uint32_t rkey, uint64_t len, 
 	return wc.status;
 }
 
+/* new2 allocates a type 2 window and sets *k to the rkey its first bind
+ * takes; with e, it also binds it on e for rw access and dies when that
+ * fails. */
+static struct ibv_mw *new2(struct end *e, uint32_t *k, unsigned rw)
+{
+	struct ibv_mw *mw = ibv_alloc_mw(pd, IBV_MW_TYPE_2);
+	if (!mw)
+		die("alloc a type 2 window");
+	*k = ibv_inc_rkey(mw->rkey);
+	if (e && bind2(e, mw, *k, WLEN, rw, NULL) != IBV_WC_SUCCESS)
+		die("bind a type 2 window");
+	return mw;
+}
+
 static int bind1(struct end *e, struct ibv_mw *mw, uint64_t len, unsigned access)
 {
 	struct ibv_mw_bind mb = {.wr_id = 3, .send_flags = IBV_SEND_SIGNALED,
@@ -174,10 +188,8 @@ int main(void)
 
 	/* Type 2, bound to QP a. */
 	pair(&a, &b);
-	struct ibv_mw *m2 = ibv_alloc_mw(pd, IBV_MW_TYPE_2);
-	if (!m2)
-		die("alloc a type 2 window");
-	uint32_t k2 = ibv_inc_rkey(m2->rkey);
+	uint32_t k2;
+	struct ibv_mw *m2 = new2(NULL, &k2, 0);
 	int op = -1;
 	st = bind2(&a, m2, k2, WLEN, rw | IBV_ACCESS_REMOTE_READ, &op);
 	CHECK("IBV_WR_BIND_MW of a type 2 window completes with IBV_WC_BIND_MW", st == IBV_WC_SUCCESS && op == IBV_WC_BIND_MW,
@@ -196,13 +208,7 @@ int main(void)
 
 	/* LOCAL_INV, then SEND_WITH_INV from the peer. */
 	pair(&a, &b);
-	m2 = ibv_alloc_mw(pd, IBV_MW_TYPE_2);
-	if (!m2)
-		die("alloc a type 2 window");
-	k2 = ibv_inc_rkey(m2->rkey);
-	st = bind2(&a, m2, k2, WLEN, rw, NULL);
-	if (st != IBV_WC_SUCCESS)
-		die("bind for LOCAL_INV");
+	m2 = new2(&a, &k2, rw);
 	struct ibv_send_wr inv = {.wr_id = 11, .opcode = IBV_WR_LOCAL_INV, .send_flags = IBV_SEND_SIGNALED,
 				  .invalidate_rkey = k2};
 	struct ibv_send_wr *badwr;
@@ -214,9 +220,7 @@ int main(void)
 	CHECK("a WRITE through the invalidated window: IBV_WC_REM_ACCESS_ERR", st == IBV_WC_REM_ACCESS_ERR, "status %d", st);
 	ibv_dealloc_mw(m2);
 	unpair(&a, &b);
-	m2 = ibv_alloc_mw(pd, IBV_MW_TYPE_2);
-	if (!m2)
-		die("alloc a type 2 window");
+	m2 = new2(NULL, &k2, 0);
 
 	pair(&a, &b);
 	struct ibv_qp_ex *qx = NULL;
@@ -233,7 +237,6 @@ int main(void)
 			if (rc_connect(xq, b.qp->qp_num, lid, acc, 1))
 				die("connect the extended QP");
 			qx = ibv_qp_to_qp_ex(xq);
-			k2 = ibv_inc_rkey(m2->rkey);
 			struct ibv_mw_bind_info bi = {.mr = mr, .addr = win, .length = WLEN, .mw_access_flags = rw};
 			ibv_wr_start(qx);
 			qx->wr_id = 21;
@@ -254,13 +257,7 @@ int main(void)
 
 	ibv_dealloc_mw(m2);
 	pair(&a, &b);
-	m2 = ibv_alloc_mw(pd, IBV_MW_TYPE_2);
-	if (!m2)
-		die("alloc a type 2 window");
-	k2 = ibv_inc_rkey(m2->rkey);
-	st = bind2(&a, m2, k2, WLEN, rw, NULL);
-	if (st != IBV_WC_SUCCESS)
-		die("bind for SEND_WITH_INV");
+	m2 = new2(&a, &k2, rw);
 	struct ibv_recv_wr rwr = {.wr_id = 31, .sg_list = &(struct ibv_sge){.addr = (uintptr_t)buf, .length = 64, .lkey = mr->lkey},
 				  .num_sge = 1};
 	struct ibv_recv_wr *badr;
