@@ -33,7 +33,7 @@ func (f *Func) Command(inb []byte) (out []byte) {
 		return failOut(ifc.StatusBadSysState, 0, "function closed")
 	}
 	need := map[uint16]int{
-		ifc.CmdDeallocPD: ifc.PDOff + 4, ifc.CmdCreateMkey: ifc.MkeyInXLT, ifc.CmdDestroyMkey: ifc.MkeyIdxOff + 4, ifc.CmdQueryMkey: ifc.MkeyIdxOff + 4,
+		ifc.CmdDeallocPD: ifc.PDOff + 4, ifc.CmdDeallocXRCD: ifc.XRCDOff + 4, ifc.CmdCreateMkey: ifc.MkeyInXLT, ifc.CmdDestroyMkey: ifc.MkeyIdxOff + 4, ifc.CmdQueryMkey: ifc.MkeyIdxOff + 4,
 		ifc.CmdCreateCQ: ifc.CQInSize, ifc.CmdDestroyCQ: ifc.CQNOff + 4, ifc.CmdCreateQP: ifc.QPInSize, ifc.CmdDestroyQP: ifc.QPNOff + 4,
 		ifc.CmdQueryQP: ifc.QPNOff + 4, ifc.CmdCreatePSV: ifc.PSVInPDNum + 4, ifc.CmdDestroyPSV: ifc.PSVIdxOff + 4,
 		ifc.CmdModifyCQ: ifc.CQResizeSize, ifc.CmdCreateSRQ: ifc.SRQInSize, ifc.CmdDestroySRQ: ifc.SRQNOff + 4, ifc.CmdQuerySRQ: ifc.SRQNOff + 4, ifc.CmdArmRQ: ifc.SRQArmSize,
@@ -59,6 +59,10 @@ func (f *Func) Command(inb []byte) (out []byte) {
 		return f.allocPD()
 	case ifc.CmdDeallocPD:
 		return f.deallocPD(in.U32(ifc.PDOff) & 0xFFFFFF)
+	case ifc.CmdAllocXRCD:
+		return f.allocXRCD()
+	case ifc.CmdDeallocXRCD:
+		return f.deallocXRCD(in.U32(ifc.XRCDOff) & 0xFFFFFF)
 	case ifc.CmdCreateMkey:
 		return f.createMkey(in)
 	case ifc.CmdDestroyMkey:

@@ -22,6 +22,8 @@ type Func struct {
 	closed   bool
 	pds      map[uint32]int // PD → objects using it
 	nextPD   uint32
+	xrcds    map[uint32]int // XRC domain → objects using it (as pds)
+	nextXRCD uint32
 	cqs      map[uint32]*CQ
 	nextCQN  uint32
 	qps      map[uint32]*QP
@@ -54,6 +56,8 @@ func newFunc(d *Device) *Func {
 		pds:      map[uint32]int{},
 		mkeyCost: map[uint32]uint64{},
 		nextPD:   1,
+		xrcds:    map[uint32]int{},
+		nextXRCD: 1,
 		cqs:      map[uint32]*CQ{},
 		nextCQN:  1,
 		qps:      map[uint32]*QP{},

@@ -22,7 +22,7 @@ func (qp *QP) resolveKey(c *klm.Cache, segs [][]byte, key klm.Key, addr, n uint6
 		// Built field by field in place: a literal is built in a temporary
 		// and copied, which stalls on the copy's wide loads.
 		var r klm.Request
-		r.Key, r.PD, r.Addr, r.Len, r.Access, r.QPN = key, qp.pd, addr, n, need, qp.qpn
+		r.Key, r.PD, r.Addr, r.Len, r.Access, r.QPN = key, qp.accessPD(), addr, n, need, qp.qpn
 		var err error
 		if c != nil {
 			segs, err = t.ResolveCached(c, m, segs, &r)
@@ -54,7 +54,7 @@ func (qp *QP) resolveKey(c *klm.Cache, segs [][]byte, key klm.Key, addr, n uint6
 	// (the kernel's DIX layout: a data buffer and a metadata buffer) comes
 	// back as those two pieces, which the transform takes as a separate
 	// domain: no segment per block to cut and join again.
-	req := klm.Request{Key: key, PD: qp.pd, Addr: m.StartAddr + moff, Len: mlen, Access: need, QPN: qp.qpn}
+	req := klm.Request{Key: key, PD: qp.accessPD(), Addr: m.StartAddr + moff, Len: mlen, Access: need, QPN: qp.qpn}
 	mark := len(segs)
 	var ent klm.Entries
 	segs, err = t.ResolveEntries(segs, req, &ent)

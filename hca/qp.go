@@ -51,7 +51,12 @@ type QP struct {
 	integrity bool
 	uc        bool // an unreliable connected QP (QPTypeUC)
 	ud        bool // an unreliable datagram QP (QPTypeUD, ud.go)
-	drainSig  bool // QPFlagDrainSigErr
+	// xrc: an XRC QP (QPTypeXRC), an initiator (a send queue whose WQEs
+	// name the remote XRC SRQ) or, with tgt, a target of XRC domain xrcd
+	// (xrc.go).
+	xrc, tgt bool
+	xrcd     uint32
+	drainSig bool // QPFlagDrainSigErr
 	// sigErr is set when an access of this QP's WQEs through a signature
 	// key met an error (drainSig QPs): its next fenced WQE stops the QP in
 	// SQD. Cleared by SQD→RTS and RST.
@@ -155,36 +160,54 @@ func (f *Func) createQP(in ifc.In) ifc.Out {
 	if logSQ > c.LogMaxSQSize || logRQ > c.LogMaxRQSize || logStride < 4 || logStride > 10 {
 		return failOut(ifc.StatusBadParam, 0, "log sizes SQ %d RQ %d stride %d", logSQ, logRQ, logStride)
 	}
-	sqBuf, err := f.contiguous(in.U64(ifc.QPInSQ), sq.WQEBBSize<<logSQ)
-	if err != nil {
+	flags := in.U32(ifc.QPInFlags)
+	qpType := in.U8(ifc.QPInType)
+	if qpType != ifc.QPTypeRC && qpType != ifc.QPTypeUC && qpType != ifc.QPTypeUD && qpType != ifc.QPTypeXRC {
+		return failOut(ifc.StatusBadParam, uint32(qpType), "QP type %d", qpType)
+	}
+	xrc := qpType == ifc.QPTypeXRC
+	var xrcd uint32
+	if xrc {
+		xrcd = in.U32(ifc.QPInXRCD) & 0xFFFFFF // 0 in a shorter input: an initiator
+	}
+	tgt := xrcd != 0
+	srqn := in.U32(ifc.QPInSRQN) & 0xFFFFFF
+	if xrc && srqn != 0 {
+		return failOut(ifc.StatusBadParam, srqn, "an XRC QP on SRQ %#x", srqn)
+	}
+	var sqBuf, rqBuf, db []byte
+	var err error
+	if tgt {
+		// A target has no send queue: an empty ring of the device's own,
+		// which no driver can post to.
+		logSQ, sqBuf, db = 0, make([]byte, sq.WQEBBSize), privateWords(sq.DBRecSize)
+	} else if sqBuf, err = f.contiguous(in.U64(ifc.QPInSQ), sq.WQEBBSize<<logSQ); err != nil {
 		return failOut(ifc.StatusBadParam, 0, "send queue: %v", err)
 	}
-	srqn := in.U32(ifc.QPInSRQN) & 0xFFFFFF
-	var rqBuf []byte
-	if srqn == 0 { // a QP on an SRQ has no receive queue of its own
-		var err error
+	if srqn == 0 && !xrc { // a QP on an SRQ, or of XRC, has no receive queue of its own
 		if rqBuf, err = f.contiguous(in.U64(ifc.QPInRQ), 1<<(logRQ+logStride)); err != nil {
 			return failOut(ifc.StatusBadParam, 0, "receive queue: %v", err)
 		}
-	}
-	flags := in.U32(ifc.QPInFlags)
-	qpType := in.U8(ifc.QPInType)
-	if qpType != ifc.QPTypeRC && qpType != ifc.QPTypeUC && qpType != ifc.QPTypeUD {
-		return failOut(ifc.StatusBadParam, uint32(qpType), "QP type %d", qpType)
 	}
 	dbSize := sq.DBRecSize
 	if flags&ifc.QPFlagDBHint != 0 {
 		dbSize = sq.DBRecHintSize
 	}
-	db, err := f.contiguous(in.U64(ifc.QPInDBRec), dbSize)
-	if err != nil || !dma.Aligned(db) {
-		return failOut(ifc.StatusBadParam, 0, "doorbell record: %v", err)
+	if !tgt {
+		db, err = f.contiguous(in.U64(ifc.QPInDBRec), dbSize)
+		if err != nil || !dma.Aligned(db) {
+			return failOut(ifc.StatusBadParam, 0, "doorbell record: %v", err)
+		}
 	}
 	sqr, err := sq.NewRing(sqBuf, db[sq.DBRecSend:], logSQ)
 	if err != nil {
 		return failOut(ifc.StatusBadParam, 0, "%v", err)
 	}
-	if flags&ifc.QPFlagIntegr != 0 && (!c.SignatureHandover || qpType == ifc.QPTypeUD) {
+	rqDB := db[sq.DBRecRecv : sq.DBRecRecv+4]
+	if xrc {
+		rqDB = privateWords(4) // no receive queue: a receive counter that stays 0
+	}
+	if flags&ifc.QPFlagIntegr != 0 && (!c.SignatureHandover || qpType == ifc.QPTypeUD || xrc) {
 		return failOut(ifc.StatusBadParam, 0, "integrity not supported")
 	}
 	pd, scqn, rcqn := in.U32(ifc.QPInPD)&0xFFFFFF, in.U32(ifc.QPInSendCQ)&0xFFFFFF, in.U32(ifc.QPInRecvCQ)&0xFFFFFF
@@ -196,19 +219,28 @@ func (f *Func) createQP(in ifc.In) ifc.Out {
 	switch {
 	case uint32(len(f.qps)) >= c.MaxQP:
 		return failOut(ifc.StatusExceedLim, 0, "%d QPs", len(f.qps))
-	case scq == nil || rcq == nil:
+	case tgt && f.xrcds[xrcd] == 0:
+		return failOut(ifc.StatusBadResource, xrcd, "no XRC domain %#x", xrcd)
+	case !tgt && (scq == nil || rcq == nil && !xrc):
 		return failOut(ifc.StatusBadResource, 0, "no CQ %#x or %#x", scqn, rcqn)
 	case srqn != 0 && srq == nil:
 		return failOut(ifc.StatusBadResource, srqn, "no SRQ %#x", srqn)
 	case !f.charge(qpCost):
 		return failOut(ifc.StatusExceedLim, 0, "device memory budget: no room for a QP")
+	case tgt:
+		pd, scq, rcq = 0, nil, nil // a target's accesses are in the PD of the SRQ served
+		f.xrcdRef(xrcd, 1)
 	case !f.pdRef(pd, 1):
 		f.uncharge(qpCost)
 		return failOut(ifc.StatusBadResource, pd, "no PD %#x", pd)
 	}
+	if xrc {
+		rcq = nil // an initiator receives nothing
+	}
 	qp := &QP{
 		fn: f, dev: f.dev, pd: pd, scq: scq, rcq: rcq, srq: srq, integrity: flags&ifc.QPFlagIntegr != 0, uc: qpType == ifc.QPTypeUC, ud: qpType == ifc.QPTypeUD, drainSig: flags&ifc.QPFlagDrainSigErr != 0,
-		sqr: sqr, rqBuf: rqBuf, rqDB: db[sq.DBRecRecv : sq.DBRecRecv+4], rqLog: logRQ, rqStride: logStride,
+		xrc: xrc, tgt: tgt, xrcd: xrcd,
+		sqr: sqr, rqBuf: rqBuf, rqDB: rqDB, rqLog: logRQ, rqStride: logStride,
 		bell: make(chan struct{}, 1), rbell: make(chan struct{}, 1),
 		acks: newMbox[response](inboxSize), inbox: newMbox[*request](inboxSize), stop: make(chan struct{}),
 	}
@@ -222,12 +254,16 @@ func (f *Func) createQP(in ifc.In) ifc.Out {
 	n, ok := f.dev.allocQPN(qp)
 	if !ok {
 		f.uncharge(qpCost)
-		f.pdRef(pd, -1)
+		qp.unref()
 		return failOut(ifc.StatusNoResources, 0, "no QP number")
 	}
 	qp.qpn = n
-	scq.qps++
-	rcq.qps++
+	if scq != nil {
+		scq.qps++
+	}
+	if rcq != nil {
+		rcq.qps++
+	}
 	if srq != nil {
 		srq.qps++
 	}
@@ -248,6 +284,16 @@ func (f *Func) destroyQP(qpn uint32) ifc.Out {
 	return okOut(0)
 }
 
+// unref drops the reference the QP holds on its PD, or a target's on its
+// XRC domain (under fn.mu).
+func (qp *QP) unref() {
+	if qp.tgt {
+		qp.fn.xrcdRef(qp.xrcd, -1)
+	} else {
+		qp.fn.pdRef(qp.pd, -1)
+	}
+}
+
 // destroy stops the QP's goroutines, waits for them, and releases it.
 func (qp *QP) destroy() {
 	qp.mu.Lock()
@@ -266,12 +312,16 @@ func (qp *QP) destroy() {
 	f := qp.fn
 	f.mu.Lock()
 	delete(f.qps, qp.qpn)
-	qp.scq.qps--
-	qp.rcq.qps--
+	if qp.scq != nil {
+		qp.scq.qps--
+	}
+	if qp.rcq != nil {
+		qp.rcq.qps--
+	}
 	if qp.srq != nil {
 		qp.srq.qps--
 	}
-	f.pdRef(qp.pd, -1)
+	qp.unref()
 	f.uncharge(qpCost)
 	f.mu.Unlock()
 }

@@ -380,6 +380,14 @@ func (qp *QP) execute(s *reqState, a *qpAttr, p *pending, w []byte, f *sq.CtrlFi
 		qp.fail(s, p, cq.SyndromeLocalQPOp) // UC has no READ, atomics or SEND with invalidate
 		return
 	}
+	var xsrqn uint32
+	if qp.xrc && f.Opcode != sq.OpUMR && f.Opcode != sq.OpNOP && f.Opcode != sq.OpSetPSV {
+		if len(segs) < sq.XRCSegSize {
+			qp.fail(s, p, cq.SyndromeLocalQPOp)
+			return
+		}
+		xsrqn, segs = sq.XRCSeg(segs).SRQN(), segs[sq.XRCSegSize:]
+	}
 	switch f.Opcode {
 	case sq.OpNOP:
 		p.done = true
@@ -445,7 +453,7 @@ func (qp *QP) execute(s *reqState, a *qpAttr, p *pending, w []byte, f *sq.CtrlFi
 	}
 	req.keepSegs(req.src)
 	req.keepSegs(req.dst)
-	req.from, req.psn = qp, s.nextPSN
+	req.from, req.psn, req.xrcSRQN = qp, s.nextPSN, xsrqn
 	req.npkts = packets(req.op, req.length, a.mtu())
 	req.rdNext = req.psn
 	s.nextPSN = roce.PSNAdd(s.nextPSN, req.npkts)

@@ -24,6 +24,9 @@ type respState struct {
 	srqHeld bool
 	srqIdx  uint16
 	srqList []sq.DataFields
+	// xsrq is an XRC target's SRQ for the message being served (the one
+	// its XRCETH names), looked up again for each message (xrc.go).
+	xsrq *SRQ
 	// lastWQE: the SRQ_LAST_WQE event of this QP's move to ERR is out.
 	lastWQE bool
 	reqs    []*request
@@ -257,6 +260,10 @@ func (qp *QP) respStep(s *respState) {
 	if gen != s.gen {
 		qp.resetResp(s, gen)
 	}
+	if st == ifc.StateERR && qp.tgt {
+		qp.flushHeld(s) // a target has no receive queue, and no last WQE
+		return
+	}
 	if st == ifc.StateERR && qp.srq != nil {
 		qp.flushHeld(s)
 		if !s.lastWQE {
@@ -283,10 +290,10 @@ func (qp *QP) rqHead() uint16 { return uint16(dma.LoadBE32(qp.rqDB)) }
 // one is posted: the receive queue's, or one taken from the SRQ (and held
 // until consumeRecv). The caller completes it, then calls consumeRecv.
 func (qp *QP) recvWQE(s *respState) ([]sq.DataFields, uint16, bool) {
-	if qp.srq != nil {
+	if srq := qp.rsrq(s); srq != nil {
 		if !s.srqHeld {
 			var ok bool
-			if s.srqList, s.srqIdx, ok = qp.srq.take(s.srqList[:0]); !ok {
+			if s.srqList, s.srqIdx, ok = srq.take(s.srqList[:0]); !ok {
 				return nil, 0, false
 			}
 			s.srqHeld = true
@@ -313,7 +320,7 @@ func (qp *QP) recvWQE(s *respState) ([]sq.DataFields, uint16, bool) {
 
 // consumeRecv retires the receive WQE recvWQE returned.
 func (qp *QP) consumeRecv(s *respState) {
-	if qp.srq != nil {
+	if qp.rsrq(s) != nil {
 		s.srqHeld = false
 		return
 	}
@@ -324,8 +331,8 @@ func (qp *QP) consumeRecv(s *respState) {
 // has one).
 func (qp *QP) recvCQE(f *cq.Fields, solicited bool) {
 	f.QPN = qp.qpn
-	if qp.srq != nil {
-		f.SRQN = qp.srq.srqn
+	if srq := qp.rsrq(&qp.resp); srq != nil {
+		f.SRQN = srq.srqn
 	}
 	qp.rcqe(f, solicited)
 }
@@ -362,6 +369,13 @@ func (qp *QP) serve(s *respState, r *request) {
 	}
 	if qp.uc {
 		qp.serveUC(s, r, a)
+		return
+	}
+	if qp.tgt && !qp.selectXRC(s, r.xrcSRQN) {
+		if r.psn == s.expected {
+			qp.answer(s, r, respInvalid, 0) // no XRC SRQ of the target's domain
+			qp.toError()
+		}
 		return
 	}
 	if r.psn != s.expected {
@@ -448,10 +462,10 @@ func (qp *QP) serveUC(s *respState, r *request, a *qpAttr) {
 // dropped as an unknown packet would be: counted, logged once per QP, the
 // QP's state, PSN and completions untouched; its sender times out.
 func (qp *QP) fromPeer(r *request, a *qpAttr) bool {
-	if r.from == nil || qp.dev.anySrc && r.from.uc == qp.uc {
+	if r.from == nil || qp.dev.anySrc && sameService(r.from, qp) {
 		return true // the wire: deliver checked the source address and the transport
 	}
-	if qp.dev.route(a) == transport(qp.dev.fabric) && r.from.dev.lid == a.remoteLID && r.from.qpn == a.remoteQPN && r.from.uc == qp.uc {
+	if qp.dev.route(a) == transport(qp.dev.fabric) && r.from.dev.lid == a.remoteLID && r.from.qpn == a.remoteQPN && sameService(r.from, qp) {
 		return true
 	}
 	qp.dev.count(&qp.dev.ctr.notPeer)
@@ -550,7 +564,7 @@ func (qp *QP) serveSend(s *respState, r *request) respKind {
 // bound to one (a type 2 memory window).
 func (qp *QP) invalidate(key klm.Key) bool {
 	err := qp.fn.mkeys.Update(key.Index(), func(cur *klm.Mkey) (*klm.Mkey, error) {
-		if cur.Free || cur.Variant != key.Variant() || cur.PD != qp.pd || !cur.RemoteInvalidate ||
+		if cur.Free || cur.Variant != key.Variant() || cur.PD != qp.accessPD() || !cur.RemoteInvalidate ||
 			cur.QPN != klm.NoQPN && cur.QPN != qp.qpn {
 			return nil, klm.ErrBadAccess
 		}
@@ -653,7 +667,16 @@ func (qp *QP) serveAtomic(s *respState, r *request, a *qpAttr) respKind {
 
 // rcqe writes a receive completion.
 func (qp *QP) rcqe(f *cq.Fields, solicited bool) {
-	if !qp.rcq.push(f, solicited) {
+	c := qp.rcq
+	if qp.tgt {
+		if c = nil; qp.resp.xsrq != nil {
+			c = qp.resp.xsrq.cq // an XRC SRQ's completions go to its CQ
+		}
+		if c == nil {
+			return
+		}
+	}
+	if !c.push(f, solicited) {
 		qp.fatal()
 	}
 }
@@ -810,8 +833,13 @@ func (qp *QP) servePacket(s *respState, in *request) {
 			invalid()
 			return
 		}
+		m.xrcSRQN = p.XRCETH.XRCSRQ
 		qp.serve(s, m)
 		*m = request{}
+		return
+	}
+	if qp.tgt && !qp.selectXRC(s, p.XRCETH.XRCSRQ) {
+		invalid() // before anything is placed in the SRQ's PD
 		return
 	}
 	if (s.asm.n == 0) != (pos == roce.PosFirst || pos == roce.PosOnly) ||
@@ -853,7 +881,7 @@ func (qp *QP) servePacket(s *respState, in *request) {
 	m := &s.wmsg
 	s.wsrc[0] = s.asm.data
 	*m = request{psn: s.asm.first, npkts: s.asm.n, length: s.asm.size, src: s.wsrc[:], solicited: p.SE, imm: p.Imm,
-		placed: s.asm.placed, placeFault: s.asm.fault}
+		placed: s.asm.placed, placeFault: s.asm.fault, xrcSRQN: p.XRCETH.XRCSRQ}
 	s.asm.n = 0
 	switch p.Opcode {
 	case roce.OpSendLast, roce.OpSendOnly:
@@ -910,7 +938,7 @@ func (qp *QP) plainKey(key klm.Key) bool {
 // resolves reports whether a remote write of n bytes at addr through key
 // translates.
 func (qp *QP) resolves(s *respState, key klm.Key, addr, n uint64) bool {
-	segs, err := qp.fn.mkeys.Resolve(s.segs[:0], klm.Request{Key: key, PD: qp.pd, Addr: addr, Len: n, Access: klm.RemoteWrite, QPN: qp.qpn})
+	segs, err := qp.fn.mkeys.Resolve(s.segs[:0], klm.Request{Key: key, PD: qp.accessPD(), Addr: addr, Len: n, Access: klm.RemoteWrite, QPN: qp.qpn})
 	s.segs = scrub(segs)
 	return err == nil
 }
@@ -924,7 +952,7 @@ func (qp *QP) place(s *respState, payload []byte) {
 		return
 	}
 	k := klm.Key(s.asm.reth.RKey)
-	segs, err := qp.fn.mkeys.Resolve(s.segs[:0], klm.Request{Key: k, PD: qp.pd, Addr: s.asm.reth.VA + s.asm.size,
+	segs, err := qp.fn.mkeys.Resolve(s.segs[:0], klm.Request{Key: k, PD: qp.accessPD(), Addr: s.asm.reth.VA + s.asm.size,
 		Len: uint64(len(payload)), Access: klm.RemoteWrite, QPN: qp.qpn})
 	if err == nil {
 		s.wsrc[0] = payload

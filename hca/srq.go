@@ -27,6 +27,10 @@ type SRQ struct {
 	db     []byte // the posted counter
 	log    uint8
 	stride uint8 // log WQE stride
+	// An XRC SRQ: its domain, and the CQ its completions go to (a basic
+	// SRQ's go to the CQ of the QP that took the WQE).
+	xrcd uint32
+	cq   *CQ
 
 	mu    sync.Mutex
 	head  uint16 // the next WQE to take
@@ -98,21 +102,33 @@ func (f *Func) createSRQ(in ifc.In) ifc.Out {
 		return failOut(ifc.StatusBadParam, 0, "SRQ doorbell record: %v", err)
 	}
 	pd := in.U32(ifc.SRQInPD) & 0xFFFFFF
+	xrcd, cqn := in.U32(ifc.SRQInXRCD)&0xFFFFFF, in.U32(ifc.SRQInCQN)&0xFFFFFF
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	xcq := f.cqs[cqn]
 	switch {
 	case uint32(len(f.srqs)) >= c.MaxQP:
 		return failOut(ifc.StatusExceedLim, 0, "%d SRQs", len(f.srqs))
+	case xrcd != 0 && f.xrcds[xrcd] == 0:
+		return failOut(ifc.StatusBadResource, xrcd, "no XRC domain %#x", xrcd)
+	case xrcd != 0 && xcq == nil:
+		return failOut(ifc.StatusBadResource, cqn, "no CQ %#x", cqn)
 	case !f.charge(srqCost):
 		return failOut(ifc.StatusExceedLim, 0, "device memory budget: no room for an SRQ")
 	case !f.pdRef(pd, 1):
 		f.uncharge(srqCost)
 		return failOut(ifc.StatusBadResource, pd, "no PD %#x", pd)
 	}
+	if xrcd == 0 {
+		xcq = nil
+	} else {
+		f.xrcdRef(xrcd, 1)
+		xcq.qps++ // the CQ stays while the SRQ completes into it
+	}
 	for f.srqs[f.nextSRQN] != nil || f.nextSRQN == 0 {
 		f.nextSRQN = (f.nextSRQN + 1) & 0xFFFFFF
 	}
-	s := &SRQ{srqn: f.nextSRQN, pd: pd, fn: f, buf: buf, db: db, log: logSize, stride: logStride, limit: limit}
+	s := &SRQ{srqn: f.nextSRQN, pd: pd, fn: f, buf: buf, db: db, log: logSize, stride: logStride, limit: limit, xrcd: xrcd, cq: xcq}
 	s.taken = s.posted() // what the driver posted before creating it is not the device's
 	f.srqs[s.srqn] = s
 	f.nextSRQN = (f.nextSRQN + 1) & 0xFFFFFF
@@ -133,6 +149,13 @@ func (f *Func) destroySRQ(srqn uint32) ifc.Out {
 	}
 	delete(f.srqs, srqn)
 	f.pdRef(s.pd, -1)
+	if s.cq != nil {
+		// A target QP in the middle of a message into this SRQ may still
+		// complete that one message on the CQ (as a NIC may, racing the
+		// destroy); a function's memory stays mapped while it lives.
+		s.cq.qps--
+		f.xrcdRef(s.xrcd, -1)
+	}
 	f.uncharge(srqCost)
 	return okOut(0)
 }
@@ -169,4 +192,56 @@ func (f *Func) querySRQ(srqn uint32) ifc.Out {
 	o.Put32(ifc.SRQOutLimit, uint32(limit)).Put32(ifc.SRQOutTaken, uint32(taken)).Put32(ifc.SRQOutPD, s.pd)
 	o.Put8(ifc.SRQOutLogSize, s.log).Put8(ifc.SRQOutLogStride, s.stride)
 	return ifc.Out(o)
+}
+
+// An XRC domain groups XRC SRQs and the XRC target QPs that serve into
+// them: a target QP takes a message into the SRQ its XRCETH names only if
+// that SRQ is of the target's domain. The function's table counts, per
+// domain, the objects using it (the domain itself counts 1), as for PDs.
+func (f *Func) allocXRCD() ifc.Out {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if uint32(len(f.xrcds)) >= f.dev.caps.MaxPD {
+		return failOut(ifc.StatusExceedLim, 0, "%d XRC domains", len(f.xrcds))
+	}
+	for f.xrcds[f.nextXRCD] != 0 || f.nextXRCD == 0 {
+		f.nextXRCD = (f.nextXRCD + 1) & 0xFFFFFF
+	}
+	x := f.nextXRCD
+	f.xrcds[x] = 1
+	f.nextXRCD = (f.nextXRCD + 1) & 0xFFFFFF
+	o := ifc.In(okOut(ifc.XRCDOff + 4))
+	o.Put32(ifc.XRCDOff, x)
+	return ifc.Out(o)
+}
+
+func (f *Func) deallocXRCD(x uint32) ifc.Out {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	switch n := f.xrcds[x]; {
+	case n == 0:
+		return failOut(ifc.StatusBadResource, x, "no XRC domain %#x", x)
+	case n > 1:
+		return failOut(ifc.StatusResBusy, x, "XRC domain %#x has %d objects", x, n-1)
+	}
+	delete(f.xrcds, x)
+	return okOut(0)
+}
+
+// xrcdRef adds d to domain x's count, if x exists (under mu).
+func (f *Func) xrcdRef(x uint32, d int) bool {
+	if f.xrcds[x] == 0 {
+		return false
+	}
+	f.xrcds[x] += d
+	return true
+}
+
+// xrcSRQ returns the XRC SRQ srqn if it is of XRC domain x.
+func (f *Func) xrcSRQ(srqn, x uint32) *SRQ {
+	s := f.lookupSRQ(srqn)
+	if s == nil || s.xrcd != x {
+		return nil
+	}
+	return s
 }

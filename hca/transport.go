@@ -90,6 +90,10 @@ type request struct {
 	// (sigSlot).
 	sigBuf *sigAccess
 
+	// xrcSRQN is the XRC SRQ an XRC initiator's message is for (its
+	// XRCETH on the wire).
+	xrcSRQN uint32
+
 	// A UD datagram (ud.go): its source QP and Q_Key (the DETH), the
 	// source and destination GIDs and the traffic class and hop limit of
 	// its GRH; udBuf holds the copy of its payload a UD send takes, kept

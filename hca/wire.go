@@ -247,7 +247,9 @@ func (w *wire) send(qp *QP, a *qpAttr, reqs []*request) {
 }
 
 func (w *wire) sendRequest(u *burst, qp *QP, a *qpAttr, to netip.AddrPort, mtu int, r *request) {
-	p := roce.Packet{BTH: roce.BTH{PKey: 0xFFFF, DestQP: a.remoteQPN, PSN: r.psn, AckReq: true}}
+	p := roce.Packet{BTH: roce.BTH{PKey: 0xFFFF, DestQP: a.remoteQPN, PSN: r.psn, AckReq: true},
+		XRCETH: roce.XRCETH{XRCSRQ: r.xrcSRQN}} // encoded for XRC opcodes only
+	base := qp.wireBase()
 	switch r.op {
 	case sq.OpRDMARead:
 		// From the first response not yet received: a READ resent after a
@@ -256,7 +258,7 @@ func (w *wire) sendRequest(u *burst, qp *QP, a *qpAttr, to netip.AddrPort, mtu i
 		if r.rdNext == r.psn || off >= r.length {
 			off = 0
 		}
-		p.Opcode, p.PSN = roce.OpReadRequest, roce.PSNAdd(r.psn, int(off)/mtu)
+		p.Opcode, p.PSN = roce.OpReadRequest|base, roce.PSNAdd(r.psn, int(off)/mtu)
 		p.RETH = roce.RETH{VA: r.raddr + off, RKey: uint32(r.rkey), DMALen: uint32(r.length - off)}
 		w.tx(u, to, &p, nil, 0, 0)
 		return
@@ -265,6 +267,7 @@ func (w *wire) sendRequest(u *burst, qp *QP, a *qpAttr, to netip.AddrPort, mtu i
 		if r.op == sq.OpAtomicCS {
 			p.Opcode = roce.OpCompareSwap
 		}
+		p.Opcode |= base
 		p.Atomic = roce.AtomicETH{VA: r.raddr, RKey: uint32(r.rkey), SwapAdd: r.swapAdd, Compare: r.compare}
 		w.tx(u, to, &p, nil, 0, 0)
 		return
@@ -321,10 +324,7 @@ func (w *wire) sendRequest(u *burst, qp *QP, a *qpAttr, to netip.AddrPort, mtu i
 		if !ok {
 			return
 		}
-		p.Opcode, p.PSN = op, roce.PSNAdd(r.psn, i)
-		if qp.uc {
-			p.Opcode |= roce.UCBase // the same message on UC's opcodes (the ucOpcode ones)
-		}
+		p.Opcode, p.PSN = op|base, roce.PSNAdd(r.psn, i) // UC's or XRC's opcodes for the same message
 		p.RETH, p.Imm, p.InvRKey = roce.RETH{}, 0, 0
 		if kind == roce.MsgWrite || kind == roce.MsgWriteImm {
 			if i == 0 {
@@ -355,9 +355,10 @@ func (w *wire) answer(qp *QP, a *qpAttr, _ *QP, ans []response) {
 	u := w.newBurst()
 	defer u.done()
 	var ack *response
+	base := qp.wireBase() // XRC's responses for a target's
 	flush := func() {
 		if ack != nil {
-			p := roce.Packet{BTH: roce.BTH{Opcode: roce.OpAcknowledge, PKey: 0xFFFF, DestQP: a.remoteQPN, PSN: ack.psn},
+			p := roce.Packet{BTH: roce.BTH{Opcode: roce.OpAcknowledge | base, PKey: 0xFFFF, DestQP: a.remoteQPN, PSN: ack.psn},
 				AETH: roce.AETH{Syndrome: roce.SyndromeACK, MSN: ack.msn}}
 			w.tx(u, to, &p, nil, 0, 0)
 			ack = nil
@@ -373,7 +374,7 @@ func (w *wire) answer(qp *QP, a *qpAttr, _ *QP, ans []response) {
 		p := roce.Packet{BTH: roce.BTH{PKey: 0xFFFF, DestQP: a.remoteQPN, PSN: r.psn}, AETH: roce.AETH{MSN: r.msn}}
 		switch {
 		case r.kind == respACK && r.atomic:
-			p.Opcode, p.AETH.Syndrome, p.AtomicAck = roce.OpAtomicAcknowledge, roce.SyndromeACK, r.value
+			p.Opcode, p.AETH.Syndrome, p.AtomicAck = roce.OpAtomicAcknowledge|base, roce.SyndromeACK, r.value
 			w.tx(u, to, &p, nil, 0, 0)
 		case r.kind == respACK:
 			// A READ's response: its last PSN is r.psn.
@@ -383,7 +384,7 @@ func (w *wire) answer(qp *QP, a *qpAttr, _ *QP, ans []response) {
 			off := uint64(0)
 			for i := range n {
 				op, size, _ := roce.Segment(roce.MsgReadResponse, len(r.data), mtu, i)
-				p.Opcode, p.PSN = op, roce.PSNAdd(first, i)
+				p.Opcode, p.PSN = op|base, roce.PSNAdd(first, i)
 				p.AETH.Syndrome = 0
 				if op != roce.OpReadResponseMiddle {
 					p.AETH.Syndrome = roce.SyndromeACK
@@ -392,7 +393,7 @@ func (w *wire) answer(qp *QP, a *qpAttr, _ *QP, ans []response) {
 				off += uint64(size)
 			}
 		default:
-			p.Opcode = roce.OpAcknowledge
+			p.Opcode = roce.OpAcknowledge | base
 			switch r.kind {
 			case respRNR:
 				p.AETH.Syndrome = roce.SyndromeRNR(r.rnrDly)
@@ -670,8 +671,12 @@ func (w *wire) deliver(from netip.AddrPort, buf *packetBuf, n int) bool {
 		// A UC request: served as the RC opcode it mirrors (UC has no
 		// responses).
 		p.Opcode &^= roce.UCBase
-	case t != roce.TransportRC || qp.uc || qp.ud:
-		c.rxDropped.Add(1) // XRC packets, or a transport the QP does not have
+	case t == roce.TransportXRC && qp.xrc && p.Opcode.IsRequest() == qp.tgt:
+		// A request to a target, a response to an initiator: as the RC
+		// opcode it mirrors (the XRCETH stays in p).
+		p.Opcode &^= roce.XRCBase
+	case t != roce.TransportRC || qp.uc || qp.ud || qp.xrc:
+		c.rxDropped.Add(1) // a transport the QP does not have
 		return false
 	}
 	_, a, _ := qp.snapshot()

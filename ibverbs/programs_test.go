@@ -137,6 +137,38 @@ func TestSRQPingpong(t *testing.T) {
 	}
 }
 
+// wantSuccess checks that every output of ibv_xsrq_pingpong (which
+// prints no figures) reports its success.
+func wantSuccess(t *testing.T, outs ...string) {
+	t.Helper()
+	for _, o := range outs {
+		if !strings.Contains(o, "success") {
+			t.Errorf("no success report:\n%s", o)
+		}
+	}
+}
+
+// TestXSRQPingpong: ibv_xsrq_pingpong's XRC QPs (an initiator and a
+// target per client, a domain opened on a file, one XRC SRQ and CQ per
+// process): the server serves three clients at once, their SENDs naming
+// its SRQ, its answers theirs.
+func TestXSRQPingpong(t *testing.T) {
+	lib := frontendtest.Lib(t)
+	pp := frontendtest.Need(t, "ibv_xsrq_pingpong", "ibverbs-utils")
+	sock := frontendtest.Daemon(t)
+	for _, opts := range [][]string{{"-n", "100"}, {"-n", "50", "-e"}, {"-n", "50", "-s", "8192", "-m", "1024"}} {
+		t.Run(strings.Join(opts, " "), func(t *testing.T) {
+			args := append([]string{pp, "-d", "hcasim0", "-g", "3"}, opts...)
+			srv := append(append([]string{}, args...), "-c", "3")
+			outs, err := frontendtest.Group(t, 60*time.Second, lib, sock, []string{sock, sock, sock}, srv, args)
+			if err != nil {
+				t.Fatalf("%v\n%s", err, strings.Join(outs, "\n----\n"))
+			}
+			wantSuccess(t, outs...)
+		})
+	}
+}
+
 // TestUCPingpong: ibv_uc_pingpong's UC QPs (created without the RC-only
 // attributes, which the front end refuses for UC) exchange their SENDs.
 func TestUCPingpong(t *testing.T) {

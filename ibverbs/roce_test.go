@@ -2,8 +2,6 @@ package ibverbs_test
 
 import (
 	"bytes"
-	"context"
-	"errors"
 	"fmt"
 	"github.com/hcasim/hcasim/internal/tooltest"
 	"math/rand/v2"
@@ -140,25 +138,12 @@ func (d *roceDaemon) counters(t *testing.T) map[string]uint64 {
 // frontendtest.Pair) and returns both outputs; both must succeed.
 func pairAcross(t *testing.T, timeout time.Duration, lib string, a, b *roceDaemon, args []string) (string, string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	port := frontendtest.FreePort(t)
-	srv := frontendtest.Start(ctx, t, lib, a.sock, args[0], append(args[1:], "-p", strconv.Itoa(port))...)
-	frontendtest.WaitListening(t, srv, port, timeout)
-	cli := frontendtest.Start(ctx, t, lib, b.sock, args[0], append(args[1:], "-p", strconv.Itoa(port), "127.0.0.1")...)
-	cerr := cli.Wait()
-	serr := srv.Wait()
-	so, co := srv.Output(), cli.Output()
-	if cerr != nil || serr != nil {
-		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			t.Errorf("timed out after %v", timeout)
-		}
-		t.Fatalf("server on A %v: %v\n%s\nclient on B: %v\n%s\ncounters A %v\ncounters B %v",
-			args, serr, so, cerr, co, a.counters(t), b.counters(t))
+	outs, err := frontendtest.Group(t, timeout, lib, a.sock, []string{b.sock}, args, args)
+	if err != nil {
+		t.Fatalf("%v: %v\nserver on A:\n%s\nclient on B:\n%s\ncounters A %v\ncounters B %v",
+			args, err, outs[0], outs[1], a.counters(t), b.counters(t))
 	}
-	frontendtest.NoUnimplemented(t, so)
-	frontendtest.NoUnimplemented(t, co)
-	return so, co
+	return outs[0], outs[1]
 }
 
 // TestGIDNoWire: a daemon without --roce keeps the fe80:: GID (of type
@@ -234,6 +219,19 @@ func TestRoCE(t *testing.T) {
 		})
 	})
 
+	t.Run("ibv_xsrq_pingpong -g 3", func(t *testing.T) {
+		xp := frontendtest.Need(t, "ibv_xsrq_pingpong", "ibverbs-utils")
+		wire(t, func() {
+			args := []string{xp, "-d", "hcasim0", "-g", "3", "-n", "100", "-s", "4096", "-m", "1024"}
+			outs, err := frontendtest.Group(t, 60*time.Second, lib, a.sock, []string{b.sock, b.sock},
+				append(append([]string{}, args...), "-c", "2"), args)
+			if err != nil {
+				t.Fatalf("%v\n%s\ncounters A %v\ncounters B %v", err, strings.Join(outs, "\n----\n"), a.counters(t), b.counters(t))
+			}
+			wantSuccess(t, outs...)
+		})
+	})
+
 	t.Run("ibv_srq_pingpong -q 4 -g 3", func(t *testing.T) {
 		sp := frontendtest.Need(t, "ibv_srq_pingpong", "ibverbs-utils")
 		wire(t, func() {
@@ -268,6 +266,85 @@ func TestRoCE(t *testing.T) {
 	}
 }
 
+// tsharkRead runs tshark on pcap with args and returns what it prints.
+func tsharkRead(t *testing.T, tshark, pcap string, args ...string) string {
+	t.Helper()
+	cmd := exec.Command(tshark, append([]string{"-r", pcap}, args...)...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr // tshark's warnings (running as root) go here
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("tshark %v: %v\n%s", args, err, stderr.String())
+	}
+	return string(out)
+}
+
+// TestRoCEXRCCapture: ibv_xsrq_pingpong across two daemons, daemon A
+// capturing its port. Every frame is of XRC's opcodes (0xA0–0xB7, which
+// tshark names but does not dissect further); every request's first four
+// header bytes after the BTH are the XRCETH, naming the SRQ the peer
+// printed as its own; scapy confirms every ICRC.
+func TestRoCEXRCCapture(t *testing.T) {
+	lib := frontendtest.Lib(t)
+	xp := frontendtest.Need(t, "ibv_xsrq_pingpong", "ibverbs-utils")
+	tshark := tooltest.Need(t, "tshark", "tshark")
+	py := tooltest.Need(t, "/usr/bin/python3", "python3-scapy")
+	pcap := filepath.Join(t.TempDir(), "a.pcap")
+	a, b := startRoCEPair(t, "--pcap", pcap)
+	so, co := pairAcross(t, 60*time.Second, lib, a, b, []string{xp, "-d", "hcasim0", "-g", "3", "-n", "20", "-s", "2000", "-m", "1024"})
+	wantSuccess(t, so, co)
+	a.stop()
+	b.stop()
+	// The SRQ numbers each side printed: "local: ... SRQN 000001".
+	srqn := regexp.MustCompile(`local: .* SRQN ([0-9a-f]{6})`)
+	var srqns []string
+	for _, o := range []string{so, co} {
+		m := srqn.FindStringSubmatch(o)
+		if m == nil {
+			t.Fatalf("no SRQ number in the output:\n%s", o)
+		}
+		srqns = append(srqns, "00"+m[1])
+	}
+	lines := strings.Fields(tsharkRead(t, tshark, pcap, "-T", "fields", "-E", "separator=;", "-e", "ip.dst",
+		"-e", "infiniband.bth.opcode", "-e", "infiniband.vendor"))
+	requests := 0
+	for _, l := range lines {
+		f := strings.Split(l, ";")
+		if len(f) != 3 {
+			t.Fatalf("tshark line %q", l)
+		}
+		op, err := strconv.Atoi(f[1])
+		if err != nil || op < 0xA0 || op > 0xB7 {
+			t.Errorf("frame %q: opcode %s, not XRC's", l, f[1])
+			continue
+		}
+		if op >= 0xAD && op <= 0xB2 {
+			continue // READ responses and ACKs: no XRCETH
+		}
+		requests++
+		want := srqns[1] // A's requests go to the client's SRQ on B
+		if f[0] == a.ip {
+			want = srqns[0] // B's, to the server's SRQ on A
+		}
+		if !strings.HasPrefix(f[2], want) {
+			t.Errorf("request frame %q: XRCETH %.8s, want SRQ %s", l, f[2], want)
+		}
+	}
+	if requests < 80 { // 20 messages of two packets each way, at least
+		t.Errorf("%d XRC request frames, want at least 80", requests)
+	}
+	if bad := strings.TrimSpace(tsharkRead(t, tshark, pcap, "-Y", "_ws.malformed || (udp.dstport == 4791 && !infiniband)")); bad != "" {
+		t.Errorf("malformed or undecoded frames:\n%s", bad)
+	}
+	out, err := exec.Command(py, filepath.Join("..", "roce", "testdata", "icrc_check.py"), pcap).CombinedOutput()
+	if err != nil {
+		t.Fatalf("icrc_check.py: %v\n%s", err, out)
+	}
+	if n := strings.Count(string(out), "ok "); n != len(lines) || strings.Contains(string(out), "bad") {
+		t.Errorf("scapy's ICRC check: %d of %d frames ok\n%s", n, len(lines), out)
+	}
+}
+
 // TestRoCEUDCapture: ibv_ud_pingpong across two daemons, daemon A
 // capturing its port: every UD datagram is a UD SEND ONLY packet whose
 // DETH carries the program's Q_Key (0x11111111) and its source QP, as
@@ -284,16 +361,7 @@ func TestRoCEUDCapture(t *testing.T) {
 	}
 	a.stop() // the daemon flushes its capture as it exits
 	b.stop()
-	run := func(args ...string) string {
-		cmd := exec.Command(tshark, append([]string{"-r", pcap}, args...)...)
-		var stderr bytes.Buffer
-		cmd.Stderr = &stderr // tshark's warnings (running as root) go here
-		out, err := cmd.Output()
-		if err != nil {
-			t.Fatalf("tshark %v: %v\n%s", args, err, stderr.String())
-		}
-		return string(out)
-	}
+	run := func(args ...string) string { return tsharkRead(t, tshark, pcap, args...) }
 	lines := strings.Fields(run("-Y", "infiniband.bth.opcode == 0x64", "-T", "fields", "-E", "separator=;",
 		"-e", "infiniband.deth.q_key", "-e", "infiniband.deth.srcqp", "-e", "infiniband.bth.destqp"))
 	// A sends and receives 20 or more (ibv_ud_pingpong posts receives

@@ -250,3 +250,21 @@ func (d DatagramSeg) Encode(f *DatagramFields) {
 	binary.BigEndian.PutUint32(d[28:], g)
 	copy(d[32:48], f.RGID[:])
 }
+
+// XRCSegSize is the size of the XRC segment of an XRC initiator's send
+// WQE (mlx5_wqe_xrc_seg): the remote XRC SRQ number in bytes 0–3 (24
+// bits), then 12 reserved bytes. It follows the control segment of every
+// WQE but a memory window bind or a local invalidate (mlx5's post_send).
+const XRCSegSize = 16
+
+// XRCSeg is a view of the XRC segment.
+type XRCSeg []byte
+
+// SRQN returns the remote XRC SRQ the message is for.
+func (x XRCSeg) SRQN() uint32 { return binary.BigEndian.Uint32(x) & 0xFFFFFF }
+
+// Encode writes the segment for remote XRC SRQ srqn.
+func (x XRCSeg) Encode(srqn uint32) {
+	clear(x[:XRCSegSize])
+	binary.BigEndian.PutUint32(x, srqn&0xFFFFFF)
+}

@@ -35,6 +35,8 @@ const (
 	CmdArmRQ       = 0x703 // arms an SRQ's limit (mlx5's ARM_RQ with op_mod SRQ)
 	CmdAllocPD     = 0x800
 	CmdDeallocPD   = 0x801
+	CmdAllocXRCD   = 0x80E // output: the XRC domain at 8 (XRCDOff)
+	CmdDeallocXRCD = 0x80F // input: the XRC domain at 8
 	// CmdQueryPortCounters reads the port's counters (PortCounters, in
 	// field order, BE64 each from byte 8): mlx5's QUERY_VPORT_COUNTER
 	// opcode with the model's own layout.

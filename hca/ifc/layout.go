@@ -71,11 +71,19 @@ const (
 	QPInRQ        = 40
 	QPInDBRec     = 48
 	QPInSize      = 56
-	QPTypeRC      = 0 // reliable connected
-	QPTypeUC      = 1 // unreliable connected: no ACKs, a lost packet drops its message
-	QPTypeUD      = 2 // unreliable datagram: each send names its destination (mlx5 st UD)
-	QPFlagIntegr  = 1
-	QPFlagDBHint  = 2 // model extension: the send activity hint (sq.DBRecHintSize)
+	// QPInXRCD is an XRC QP's XRC domain, in a CREATE_QP input of at
+	// least QPInSizeXRC bytes: non-zero makes an XRC QP of QPTypeXRC a
+	// target (no send or receive queue, no CQs, no PD: it serves into the
+	// XRC SRQs of its domain), zero an initiator (a send queue and send CQ,
+	// no receive queue).
+	QPInXRCD     = 56
+	QPInSizeXRC  = 60
+	QPTypeRC     = 0 // reliable connected
+	QPTypeUC     = 1 // unreliable connected: no ACKs, a lost packet drops its message
+	QPTypeUD     = 2 // unreliable datagram: each send names its destination (mlx5 st UD)
+	QPTypeXRC    = 3 // extended reliable connected, initiator or target (mlx5 st XRC)
+	QPFlagIntegr = 1
+	QPFlagDBHint = 2 // model extension: the send activity hint (sq.DBRecHintSize)
 	// QPFlagDrainSigErr is signature pipelining (mlx5's drain_sigerr QP
 	// context bit, which rdma-core's provider sets with an INIT2INIT for
 	// MLX5DV_QP_CREATE_SIG_PIPELINING): a fenced WQE waits for the WQEs
@@ -125,13 +133,21 @@ const (
 	// DESTROY_SRQ, QUERY_SRQ and ARM_RQ input: the SRQN at 8; ARM_RQ's
 	// limit at 12. QUERY_SRQ output: the limit at 8, the WQEs taken at 12,
 	// the PD at 16, log WQEs and log stride at 20 and 21.
-	SRQInPD         = 8
-	SRQInLogSize    = 16
-	SRQInLogStride  = 17
-	SRQInLimit      = 20
-	SRQInRing       = 24
-	SRQInDBRec      = 32
-	SRQInSize       = 40
+	SRQInPD        = 8
+	SRQInLogSize   = 16
+	SRQInLogStride = 17
+	SRQInLimit     = 20
+	SRQInRing      = 24
+	SRQInDBRec     = 32
+	SRQInSize      = 40
+	// An XRC SRQ: its XRC domain at 40 and the CQ its completions go to
+	// at 44, in a CREATE_SRQ input of at least SRQInSizeXRC bytes (a zero
+	// domain: a basic SRQ).
+	SRQInXRCD    = 40
+	SRQInCQN     = 44
+	SRQInSizeXRC = 48
+	// XRCDOff is ALLOC_XRCD's output and DEALLOC_XRCD's input: the domain.
+	XRCDOff         = 8
 	SRQNOff         = 8
 	SRQArmLimit     = 12
 	SRQArmSize      = 16

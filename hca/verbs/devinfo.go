@@ -238,7 +238,7 @@ func (c *Context) QueryDevice() (DeviceAttr, error) {
 		// 1 and 2B (mkeys bound by UMR, as on mlx5); the rest as the front
 		// end sets them.
 		DeviceCapFlags: DeviceRCRNRNAKGen | DevicePortActiveEvent | DeviceSysImageGUID | DeviceChangePhyPort |
-			DeviceMemWindow | DeviceMemWindowType2B,
+			DeviceMemWindow | DeviceMemWindowType2B | DeviceXRC,
 		MaxMW:           int(k.Mkey.MaxMkeys),
 		MaxSGE:          int(k.MaxSGE),
 		MaxSGERd:        int(k.MaxSGE),

@@ -37,6 +37,11 @@ static int to_wc(struct hc_cq *cq, const uint8_t *e, struct ibv_wc *wc)
 		return 0;
 	}
 	uint32_t qpn = hc_get32(e + 56) & 0xFFFFFF;
+	if (op != HC_CQE_REQ && op != HC_CQE_REQ_ERR && cq->nxrc) {
+		int n = hc_xrc_wc(cq, e, wc); /* a receive of an XRC SRQ on this CQ: no QP of ours needed */
+		if (n >= 0)
+			return n;
+	}
 	struct hc_qp *qp =
 		cq->cur_qp && cq->cur_qp->qpx.qp_base.qp_num == qpn ? cq->cur_qp : hc_find_qp_on(cq->ctx, qpn, cq);
 	if (!qp)
@@ -442,7 +447,10 @@ void hc_cq_clean(struct hc_cq *cq, uint32_t qpn, struct hc_srq *srq)
 	uint32_t freed = 0;
 	for (uint32_t i = prod; i-- != cq->ci;) {
 		uint8_t *e = cq->ring + (size_t)(i & (size - 1)) * CQE_SIZE;
-		if ((hc_get32(e + 56) & 0xFFFFFF) == qpn) {
+		int mine = qpn == HC_CLEAN_SRQ ? (hc_get32(e + 32) & 0xFFFFFF) == srq->srqn && (e[63] >> 4) != HC_CQE_REQ &&
+							   (e[63] >> 4) != HC_CQE_REQ_ERR
+					       : (hc_get32(e + 56) & 0xFFFFFF) == qpn;
+		if (mine) {
 			int op = e[63] >> 4;
 			if (srq && op >= HC_CQE_RESP_WR_IMM && (op <= HC_CQE_RESP_SEND_INV || op == HC_CQE_RESP_ERR))
 				hc_srq_free(srq, hc_get16(e + 60)); /* its SRQ WQE back on the free list, as mlx5 */
@@ -458,7 +466,7 @@ void hc_cq_clean(struct hc_cq *cq, uint32_t qpn, struct hc_srq *srq)
 		cq->ci += freed;
 		hc_store32(cq->db, cq->ci & 0xFFFFFF);
 	}
-	if (cq->cur_qp && cq->cur_qp->qpx.qp_base.qp_num == qpn)
+	if (cq->cur_qp && (qpn == HC_CLEAN_SRQ || cq->cur_qp->qpx.qp_base.qp_num == qpn))
 		cq->cur_qp = NULL;
 	pthread_mutex_unlock(&cq->lock);
 }

@@ -240,7 +240,8 @@ HC_EXPORT int ibv_query_device(struct ibv_context *c, struct ibv_device_attr *a)
 	a->max_srq_wr = (1 << k->log_max_rq) - 1;
 	a->max_srq_sge = k->max_sge;
 	a->device_cap_flags = IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_PORT_ACTIVE_EVENT | IBV_DEVICE_SYS_IMAGE_GUID |
-			      IBV_DEVICE_CHANGE_PHY_PORT | IBV_DEVICE_MEM_WINDOW | IBV_DEVICE_MEM_WINDOW_TYPE_2B;
+			      IBV_DEVICE_CHANGE_PHY_PORT | IBV_DEVICE_MEM_WINDOW | IBV_DEVICE_MEM_WINDOW_TYPE_2B |
+			      IBV_DEVICE_XRC;
 	a->max_sge = k->max_sge;
 	a->max_sge_rd = k->max_sge;
 	a->max_cq = (int)k->max_cq;

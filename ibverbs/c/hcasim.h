@@ -16,6 +16,7 @@
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include <infiniband/mlx5dv.h>
 #include <infiniband/verbs.h>
@@ -75,6 +76,13 @@ enum {
 	HC_CMD_ARM_RQ = 0x703,
 	HC_CMD_ALLOC_PD = 0x800,
 	HC_CMD_DEALLOC_PD = 0x801,
+	HC_CMD_ALLOC_XRCD = 0x80E,
+	HC_CMD_DEALLOC_XRCD = 0x80F,
+	HC_QP_XRC = 3,		 /* CREATE_QP transport byte: XRC */
+	HC_QP_IN_XRCD = 56,	 /* CREATE_QP: a target's XRC domain */
+	HC_QP_IN_XRC_SIZE = 60,
+	HC_SRQ_IN_XRC_SIZE = 48, /* CREATE_SRQ with the XRC domain at 40, the CQ at 44 */
+	HC_XRC_SEG = 16,	 /* an XRC initiator's WQE: mlx5_wqe_xrc_seg */
 
 	HC_CAP_OUT_GID = 64, /* QUERY_HCA_CAP output: 16 bytes, the port's GID */
 	HC_CAP_OUT_SIZE = 80,
@@ -202,6 +210,7 @@ struct hc_context {
 	struct hc_srq **srqs; /* for SRQ events */
 	size_t nsrqs;
 
+	struct hc_xdom *xdoms; /* under obj_mu */
 	struct hc_async *async_head, *async_tail; /* under mu */
 	uint8_t variant; /* under obj_mu */
 };
@@ -237,6 +246,7 @@ struct hc_cq {
 	struct ibv_wc cur;    /* ibv_cq_ex polling: the current completion */
 	int ex;		/* created with ibv_create_cq_ex */
 	unsigned empty; /* polls in a row that found nothing */
+	atomic_int nxrc; /* XRC SRQs completing here */
 	/* Events handed to the program (under the ibv_cq's mutex): destroy
 	 * waits until ibv_ack_cq_events and ibv_ack_async_event have acked
 	 * as many, as libibverbs does. */
@@ -255,6 +265,25 @@ struct hc_srq {
 	uint16_t head, tail, counter;
 	uint64_t *wrid;
 	unsigned async_reported; /* under the ibv_srq's mutex */
+	/* An XRC SRQ: its domain and the CQ its completions go to. */
+	struct hc_xdom *xdom;
+	struct hc_cq *xcq;
+};
+
+/* An XRC domain of the context (xrc.c): one per file opened (by inode),
+ * or one per open without a file; each ibv_xrcd handle counts. */
+struct hc_xdom {
+	struct hc_xdom *next;
+	uint32_t num;
+	int refs;
+	int has_inode;
+	dev_t dev;
+	ino_t ino;
+};
+
+struct hc_xrcd {
+	struct ibv_xrcd x;
+	struct hc_xdom *dom;
 };
 
 struct hc_qp {
@@ -381,6 +410,8 @@ void hc_purge_async(struct hc_context *ctx, void *obj);
 void hc_cq_event(struct hc_context *ctx, uint32_t cqn);
 int hc_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc);
 int hc_req_notify_cq(struct ibv_cq *cq, int solicited);
+/* hc_cq_clean's qpn HC_CLEAN_SRQ: the CQEs of XRC SRQ srq, of any QP. */
+#define HC_CLEAN_SRQ 0x1000000u
 void hc_cq_clean(struct hc_cq *cq, uint32_t qpn, struct hc_srq *srq);
 
 /* srq.c */
@@ -388,6 +419,13 @@ int hc_post_srq_recv(struct ibv_srq *q, struct ibv_recv_wr *wr, struct ibv_recv_
 uint64_t hc_srq_free(struct hc_srq *s, uint16_t idx);
 struct ibv_srq *hc_create_srq_ex(struct ibv_context *c, struct ibv_srq_init_attr_ex *a);
 int hc_get_srq_num(struct ibv_srq *q, uint32_t *num);
+
+/* xrc.c */
+struct ibv_xrcd *hc_open_xrcd(struct ibv_context *c, struct ibv_xrcd_init_attr *a);
+int hc_close_xrcd(struct ibv_xrcd *x);
+struct ibv_qp *hc_open_qp(struct ibv_context *c, struct ibv_qp_open_attr *a);
+int hc_xrc_wc(struct hc_cq *cq, const uint8_t *e, struct ibv_wc *wc);
+void hc_recv_fields(const uint8_t *e, struct ibv_wc *wc);
 
 /* qp.c */
 int hc_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad);

@@ -48,9 +48,90 @@ static void qp_free(struct hc_qp *qp)
 
 static void qpx_init(struct hc_qp *qp);
 
+static struct ibv_qp *create_tgt(struct ibv_context *c, struct ibv_qp_init_attr_ex *a);
+
 struct ibv_qp *hc_create_qp_ex(struct ibv_context *c, struct ibv_qp_init_attr_ex *a)
 {
+	if (a && a->qp_type == IBV_QPT_XRC_RECV)
+		return create_tgt(c, a);
 	return hc_create_qp(c, a, NULL);
+}
+
+/* qp_publish fills the ibv_qp of a new QP and puts it in the table (last:
+ * events and completions find it whole). */
+static struct ibv_qp *qp_publish(struct hc_context *ctx, struct hc_qp *qp, struct ibv_qp_init_attr_ex *a,
+				 uint32_t qpn)
+{
+	struct ibv_qp *q = &qp->qpx.qp_base;
+	q->context = &ctx->vctx.context;
+	q->qp_context = a->qp_context;
+	q->handle = qpn;
+	q->qp_num = qpn;
+	q->state = IBV_QPS_RESET;
+	q->qp_type = a->qp_type;
+	pthread_mutex_init(&q->mutex, NULL);
+	pthread_cond_init(&q->cond, NULL);
+	qp->attr.qp_state = IBV_QPS_RESET;
+	qp->attr.cap = qp->cap;
+	qp->attr.path_mtu = IBV_MTU_1024;
+	qpx_init(qp);
+	if (a->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS)
+		qp->qpx.comp_mask = a->send_ops_flags;
+	int err = hc_table_put(ctx, HC_TAB_QP, qpn, qp);
+	if (err) {
+		uint8_t d[12], out[64];
+		hc_cmd_header(d, HC_CMD_DESTROY_QP);
+		hc_put32(d + 8, qpn);
+		hc_cmd(ctx, d, sizeof d, out, sizeof out, NULL);
+		qp_free(qp);
+		errno = err;
+		return NULL;
+	}
+	return q;
+}
+
+/* create_tgt creates an XRC target QP (IBV_QPT_XRC_RECV): no send or
+ * receive queue, no CQs, no PD; its messages go to the XRC SRQs of its
+ * domain that they name. */
+static struct ibv_qp *create_tgt(struct ibv_context *c, struct ibv_qp_init_attr_ex *a)
+{
+	struct hc_context *ctx = hc_ctx(c);
+	const uint32_t known = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_XRCD | IBV_QP_INIT_ATTR_CREATE_FLAGS;
+	if (a->comp_mask & ~known) {
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	if (!(a->comp_mask & IBV_QP_INIT_ATTR_XRCD) || !a->xrcd || a->xrcd->context != c) {
+		errno = EINVAL;
+		return NULL;
+	}
+	if ((a->comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS) && a->create_flags) {
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	struct hc_qp *qp = hc_zalloc(sizeof *qp);
+	if (!qp) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	qp->ctx = ctx;
+	uint8_t in[HC_QP_IN_XRC_SIZE] = {0}, out[64];
+	hc_cmd_header(in, HC_CMD_CREATE_QP);
+	in[26] = 4; /* the smallest receive stride, of a queue it does not have */
+	in[27] = HC_QP_XRC;
+	hc_put32(in + HC_QP_IN_XRCD, ((struct hc_xrcd *)a->xrcd)->dom->num);
+	int err = hc_cmd(ctx, in, sizeof in, out, sizeof out, NULL);
+	if (err) {
+		qp_free(qp);
+		errno = err;
+		return NULL;
+	}
+	pthread_mutex_init(&qp->smu, NULL);
+	pthread_mutex_init(&qp->rmu, NULL);
+	memset(&a->cap, 0, sizeof a->cap);
+	struct hc_qp_dv none = {0};
+	hc_dv_qp_init(qp, &none);
+	return qp_publish(ctx, qp, a, hc_get32(out + 8) & 0xFFFFFF);
 }
 
 /* hc_create_qp creates an RC or UC QP; dv, if not NULL, holds what
@@ -63,14 +144,14 @@ struct ibv_qp *hc_create_qp(struct ibv_context *c, struct ibv_qp_init_attr_ex *a
 		errno = a->comp_mask & ~known ? EOPNOTSUPP : EINVAL;
 		return NULL;
 	}
-	int uc = a->qp_type == IBV_QPT_UC, ud = a->qp_type == IBV_QPT_UD;
-	if ((a->qp_type != IBV_QPT_RC && !uc && !ud) ||
+	int uc = a->qp_type == IBV_QPT_UC, ud = a->qp_type == IBV_QPT_UD, xrc = a->qp_type == IBV_QPT_XRC_SEND;
+	if ((a->qp_type != IBV_QPT_RC && !uc && !ud && !xrc) ||
 	    ((a->comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS) && a->create_flags) ||
-	    ((uc || ud) && dv && (dv->integrity || dv->create_flags))) {
-		errno = EOPNOTSUPP; /* RC, UC and UD QPs are modelled; signature offload on RC */
+	    ((uc || ud || xrc) && dv && (dv->integrity || dv->create_flags))) {
+		errno = EOPNOTSUPP; /* RC, UC, UD and XRC QPs are modelled; signature offload on RC */
 		return NULL;
 	}
-	if (a->srq && a->srq->context != c) {
+	if ((a->srq && a->srq->context != c) || (xrc && a->srq)) {
 		errno = EINVAL;
 		return NULL;
 	}
@@ -87,12 +168,12 @@ struct ibv_qp *hc_create_qp(struct ibv_context *c, struct ibv_qp_init_attr_ex *a
 		errno = EOPNOTSUPP;
 		return NULL;
 	}
-	if (!a->send_cq || !a->recv_cq || a->send_cq->context != c || a->recv_cq->context != c) {
+	if (!a->send_cq || a->send_cq->context != c || (!xrc && (!a->recv_cq || a->recv_cq->context != c))) {
 		errno = EINVAL;
 		return NULL;
 	}
 	struct ibv_qp_cap cap = a->cap;
-	if (a->srq) /* no receive queue of its own */
+	if (a->srq || xrc) /* no receive queue of its own (an XRC initiator receives nothing) */
 		cap.max_recv_wr = cap.max_recv_sge = 0;
 	struct hc_caps *k = &ctx->caps;
 	if (cap.max_send_sge > k->max_sge || cap.max_recv_sge > k->max_sge || cap.max_inline_data > k->max_inline ||
@@ -145,7 +226,8 @@ struct ibv_qp *hc_create_qp(struct ibv_context *c, struct ibv_qp_init_attr_ex *a
 	hc_cmd_header(in, HC_CMD_CREATE_QP);
 	hc_put32(in + 8, a->pd->handle);
 	hc_put32(in + 12, hc_cq(a->send_cq)->cqn);
-	hc_put32(in + 16, hc_cq(a->recv_cq)->cqn);
+	if (!xrc)
+		hc_put32(in + 16, hc_cq(a->recv_cq)->cqn);
 	uint32_t qflags = 2; /* DB_HINT */
 	if (dv && dv->integrity)
 		qflags |= 1;
@@ -157,7 +239,7 @@ struct ibv_qp *hc_create_qp(struct ibv_context *c, struct ibv_qp_init_attr_ex *a
 	in[24] = sq_log;
 	in[25] = rq_log;
 	in[26] = rq_shift;
-	in[27] = ud ? 2 : uc ? 1 : 0; /* the transport service: RC 0, UC 1, UD 2 */
+	in[27] = xrc ? HC_QP_XRC : ud ? 2 : uc ? 1 : 0; /* the transport service: RC 0, UC 1, UD 2, XRC 3 */
 	hc_put64(in + 32, qp->mem.iova);
 	hc_put64(in + 40, qp->mem.iova + sqb);
 	hc_put64(in + 48, qp->mem.iova + sqb + rqb);
@@ -171,55 +253,31 @@ struct ibv_qp *hc_create_qp(struct ibv_context *c, struct ibv_qp_init_attr_ex *a
 	pthread_mutex_init(&qp->smu, NULL);
 	pthread_mutex_init(&qp->rmu, NULL);
 	qp->scq = hc_cq(a->send_cq);
-	qp->rcq = hc_cq(a->recv_cq);
+	qp->rcq = xrc ? NULL : hc_cq(a->recv_cq);
 	qp->srq = a->srq ? hc_srq(a->srq) : NULL;
 	qp->sig_all = a->sq_sig_all;
 	/* What the QP can take, as mlx5 reports it: at least what was asked. */
-	int sendsge = (bb * HC_WQEBB - (ud ? SEG + HC_DATAGRAM_SEG : 2 * SEG)) / SEG;
+	int sendsge = (bb * HC_WQEBB - (ud ? SEG + HC_DATAGRAM_SEG : xrc ? 3 * SEG : 2 * SEG)) / SEG;
 	qp->cap.max_send_wr = (uint32_t)(n / (size_t)bb);
 	qp->cap.max_recv_wr = 1u << rq_log;
 	qp->cap.max_send_sge = (uint32_t)(sendsge < k->max_sge ? sendsge : k->max_sge);
 	qp->cap.max_recv_sge = (1u << rq_shift) / SEG;
 	if (qp->cap.max_recv_sge > k->max_sge)
 		qp->cap.max_recv_sge = k->max_sge;
-	if (a->srq)
+	if (a->srq || xrc)
 		qp->cap.max_recv_wr = qp->cap.max_recv_sge = 0;
-	uint32_t inl = (uint32_t)(bb * HC_WQEBB - (dv && dv->overhead ? overhead : ud ? overhead : 2 * SEG) - 4);
+	uint32_t inl =
+		(uint32_t)(bb * HC_WQEBB - (dv && dv->overhead ? overhead : ud ? overhead : xrc ? 3 * SEG : 2 * SEG) - 4);
 	qp->cap.max_inline_data = inl < k->max_inline ? inl : k->max_inline;
 	a->cap = qp->cap;
 	struct ibv_qp *q = &qp->qpx.qp_base;
-	q->context = c;
-	q->qp_context = a->qp_context;
 	q->pd = a->pd;
 	q->send_cq = a->send_cq;
-	q->recv_cq = a->recv_cq;
+	q->recv_cq = xrc ? NULL : a->recv_cq;
 	q->srq = a->srq;
-	q->handle = qpn;
-	q->qp_num = qpn;
-	q->state = IBV_QPS_RESET;
-	q->qp_type = ud ? IBV_QPT_UD : uc ? IBV_QPT_UC : IBV_QPT_RC;
-	pthread_mutex_init(&q->mutex, NULL);
-	pthread_cond_init(&q->cond, NULL);
-	qp->attr.qp_state = IBV_QPS_RESET;
-	qp->attr.cap = qp->cap;
-	qp->attr.path_mtu = IBV_MTU_1024;
-	qpx_init(qp);
-	if (a->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS)
-		qp->qpx.comp_mask = a->send_ops_flags;
 	struct hc_qp_dv none = {0};
 	hc_dv_qp_init(qp, dv ? dv : &none);
-	/* In the table last: events and completions find it whole. */
-	err = hc_table_put(ctx, HC_TAB_QP, qpn, qp);
-	if (err) {
-		uint8_t d[12];
-		hc_cmd_header(d, HC_CMD_DESTROY_QP);
-		hc_put32(d + 8, qpn);
-		hc_cmd(ctx, d, sizeof d, out, sizeof out, NULL);
-		qp_free(qp);
-		errno = err;
-		return NULL;
-	}
-	return q;
+	return qp_publish(ctx, qp, a, qpn);
 }
 
 HC_EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *a)
@@ -264,8 +322,9 @@ HC_EXPORT int ibv_destroy_qp(struct ibv_qp *q)
 		ctx->qps[q->qp_num] = NULL;
 	hc_purge_async(ctx, q);
 	pthread_mutex_unlock(&ctx->obj_mu);
-	hc_cq_clean(qp->scq, q->qp_num, qp->srq);
-	if (qp->rcq != qp->scq)
+	if (qp->scq) /* an XRC target has no CQs: its CQEs stay in its SRQs' (as mlx5's) */
+		hc_cq_clean(qp->scq, q->qp_num, qp->srq);
+	if (qp->rcq && qp->rcq != qp->scq)
 		hc_cq_clean(qp->rcq, q->qp_num, qp->srq);
 	pthread_mutex_lock(&q->mutex);
 	while (q->events_completed != qp->async_reported)
@@ -296,6 +355,9 @@ struct transition {
 #define RC_ONLY                                                                                                        \
 	(IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |     \
 	 IBV_QP_MAX_QP_RD_ATOMIC)
+
+#define XRC_INI_NOT (IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER)
+#define XRC_TGT_NOT (IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC)
 
 static const struct transition transitions[] = {
 	{IBV_QPS_RESET, IBV_QPS_INIT, HC_CMD_RST2INIT, IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS, 0},
@@ -421,6 +483,13 @@ HC_EXPORT int ibv_modify_qp(struct ibv_qp *q, struct ibv_qp_attr *a, int mask)
 		allowed |= t->req | t->opt;
 		if (q->qp_type == IBV_QPT_UC) /* UC has no ACKs: none of RC's timers, retries or RDMA reads */
 			req &= ~RC_ONLY, allowed &= ~RC_ONLY;
+		/* The kernel's qp_state_table for XRC: an initiator serves no
+		 * requests (no responder's attributes), a target sends none (no
+		 * requester's but the timeout and SQ PSN). */
+		if (q->qp_type == IBV_QPT_XRC_SEND)
+			req &= ~XRC_INI_NOT, allowed &= ~XRC_INI_NOT;
+		if (q->qp_type == IBV_QPT_XRC_RECV)
+			req &= ~XRC_TGT_NOT, allowed &= ~XRC_TGT_NOT;
 	}
 	if ((mask & req) != req || (mask & ~allowed))
 		return EINVAL;
@@ -609,6 +678,8 @@ static int commit(struct hc_qp *qp, size_t len, uint64_t wr_id, uint8_t wcop, in
 {
 	size_t nbb = (len + HC_WQEBB - 1) / HC_WQEBB;
 	uint16_t size = (uint16_t)(1u << qp->sq_log);
+	if (!qp->sq)
+		return ENOMEM; /* an XRC target: a send queue of no WQEs */
 	if ((uint16_t)(qp->cur_post + nbb - atomic_load(&qp->sq_tail)) > size || nbb > size)
 		return ENOMEM;
 	size_t start = (size_t)(qp->cur_post & (size - 1)) * HC_WQEBB;
@@ -739,6 +810,13 @@ static int post_one(struct hc_qp *qp, struct ibv_send_wr *wr)
 	default:
 		break;
 	}
+	if (qp->qpx.qp_base.qp_type == IBV_QPT_XRC_SEND && op != IBV_WR_BIND_MW && op != IBV_WR_LOCAL_INV) {
+		/* mlx5's XRC segment: the remote SRQ, after the control. */
+		memset(p, 0, HC_XRC_SEG);
+		hc_put32(p, wr->qp_type.xrc.remote_srqn & 0xFFFFFF);
+		p += HC_XRC_SEG;
+		n += HC_XRC_SEG;
+	}
 	if (ud) {
 		memcpy(p, hc_ah(wr->wr.ud.ah)->av, HC_DATAGRAM_SEG);
 		put_ud_dest(p, wr->wr.ud.remote_qpn, wr->wr.ud.remote_qkey);
@@ -837,8 +915,8 @@ int hc_post_recv(struct ibv_qp *q, struct ibv_recv_wr *wr, struct ibv_recv_wr **
 	if (q->state == IBV_QPS_RESET) {
 		err = EINVAL;
 		*bad = wr;
-	} else if (qp->srq && wr) {
-		err = ENOMEM; /* as mlx5: a QP on an SRQ has a receive queue of no WQEs */
+	} else if ((qp->srq || q->qp_type == IBV_QPT_XRC_SEND || q->qp_type == IBV_QPT_XRC_RECV) && wr) {
+		err = ENOMEM; /* as mlx5: a QP on an SRQ, or of XRC, has a receive queue of no WQEs */
 		*bad = wr;
 	}
 	for (; wr && !err; wr = wr->next) {
@@ -936,8 +1014,7 @@ void hc_recv_done(struct hc_qp *qp, const uint8_t *e, struct ibv_wc *wc)
 		qp->rq_tail = counter + 1;
 		pthread_mutex_unlock(&qp->rmu);
 	}
-	wc->opcode = IBV_WC_RECV;
-	wc->byte_len = hc_get32(e + 44);
+	hc_recv_fields(e, wc);
 	wc->src_qp = qp->attr.dest_qp_num;
 	if (qp->qpx.qp_base.qp_type == IBV_QPT_UD) {
 		/* flags_rqpn: the source QP, and whether a GRH heads the buffer. */
@@ -946,6 +1023,16 @@ void hc_recv_done(struct hc_qp *qp, const uint8_t *e, struct ibv_wc *wc)
 		if ((fr >> 28) & 3)
 			wc->wc_flags |= IBV_WC_GRH;
 	}
+	if ((e[63] >> 4) == HC_CQE_RESP_ERR)
+		hc_qp_saw_error(qp);
+}
+
+/* hc_recv_fields decodes what a receive CQE says of any QP: the opcode,
+ * length, immediate or invalidated key, and the status. */
+void hc_recv_fields(const uint8_t *e, struct ibv_wc *wc)
+{
+	wc->opcode = IBV_WC_RECV;
+	wc->byte_len = hc_get32(e + 44);
 	wc->slid = 0; /* a RoCE port: no LIDs */
 	switch (e[63] >> 4) {
 	case HC_CQE_RESP_WR_IMM:
@@ -962,7 +1049,6 @@ void hc_recv_done(struct hc_qp *qp, const uint8_t *e, struct ibv_wc *wc)
 	case HC_CQE_RESP_ERR:
 		wc->status = status_of(e[55]);
 		wc->vendor_err = e[54];
-		hc_qp_saw_error(qp);
 		break;
 	}
 }
@@ -1009,6 +1095,11 @@ static struct hc_qp *wr_open(struct ibv_qp_ex *x, uint8_t opc, uint8_t wcop, uin
 		/* The datagram segment, which ibv_wr_set_ud_addr fills. */
 		memset(qp->scratch + SEG, 0, HC_DATAGRAM_SEG);
 		qp->wr_len += HC_DATAGRAM_SEG;
+	}
+	if (qp->qpx.qp_base.qp_type == IBV_QPT_XRC_SEND && opc != HC_OP_UMR) {
+		/* The XRC segment, which ibv_wr_set_xrc_srqn fills. */
+		memset(qp->scratch + SEG, 0, HC_XRC_SEG);
+		qp->wr_len += HC_XRC_SEG;
 	}
 	return qp;
 }
@@ -1106,10 +1197,13 @@ static void x_ud_addr(struct ibv_qp_ex *x, struct ibv_ah *ah, uint32_t qpn, uint
 }
 static void x_xrc_srqn(struct ibv_qp_ex *x, uint32_t srqn)
 {
-	(void)srqn;
 	struct hc_qp *qp = qpx_qp(x);
-	if (!qp->wr_err)
-		qp->wr_err = EINVAL;
+	if (qp->qpx.qp_base.qp_type != IBV_QPT_XRC_SEND || !qp->wr_open || qp->wr_opc == HC_OP_UMR) {
+		if (!qp->wr_err)
+			qp->wr_err = EINVAL; /* only an XRC initiator's open send names an SRQ */
+		return;
+	}
+	hc_put32(qp->scratch + SEG, srqn & 0xFFFFFF);
 }
 static void x_atomic_write(struct ibv_qp_ex *x, uint32_t rkey, uint64_t addr, const void *v)
 {

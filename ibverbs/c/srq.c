@@ -22,12 +22,10 @@ static uint8_t log2ceil(size_t n)
 
 static uint8_t *srq_wqe(struct hc_srq *s, uint16_t i) { return s->ring + ((size_t)i << s->shift); }
 
-HC_EXPORT struct ibv_srq *ibv_create_srq(struct ibv_pd *pd, struct ibv_srq_init_attr *a)
+/* create_srq creates a basic SRQ, or with dom and xcq an XRC SRQ. */
+static struct ibv_srq *create_srq(struct ibv_pd *pd, struct ibv_srq_init_attr *a, struct hc_xdom *dom,
+				  struct hc_cq *xcq)
 {
-	if (!pd || !a) {
-		errno = EINVAL;
-		return NULL;
-	}
 	struct hc_context *ctx = hc_ctx(pd->context);
 	struct hc_caps *k = &ctx->caps;
 	struct ibv_srq_attr *at = &a->attr;
@@ -67,7 +65,7 @@ HC_EXPORT struct ibv_srq *ibv_create_srq(struct ibv_pd *pd, struct ibv_srq_init_
 		hc_put16(srq_wqe(s, (uint16_t)i) + 2, (uint16_t)((i + 1) & (n - 1)));
 	s->head = 0;
 	s->tail = (uint16_t)(n - 1);
-	uint8_t in[40] = {0}, out[64];
+	uint8_t in[HC_SRQ_IN_XRC_SIZE] = {0}, out[64];
 	hc_cmd_header(in, HC_CMD_CREATE_SRQ);
 	hc_put32(in + 8, pd->handle);
 	in[16] = s->log;
@@ -75,7 +73,11 @@ HC_EXPORT struct ibv_srq *ibv_create_srq(struct ibv_pd *pd, struct ibv_srq_init_
 	hc_put32(in + 20, at->srq_limit);
 	hc_put64(in + 24, s->mem.iova);
 	hc_put64(in + 32, s->mem.iova + ringb);
-	err = hc_cmd(ctx, in, sizeof in, out, sizeof out, NULL);
+	if (dom) {
+		hc_put32(in + 40, dom->num);
+		hc_put32(in + 44, xcq->cqn);
+	}
+	err = hc_cmd(ctx, in, dom ? HC_SRQ_IN_XRC_SIZE : 40, out, sizeof out, NULL);
 	if (!err) {
 		s->srqn = hc_get32(out + 8) & 0xFFFFFF;
 		err = hc_table_put(ctx, HC_TAB_SRQ, s->srqn, s);
@@ -95,6 +97,10 @@ HC_EXPORT struct ibv_srq *ibv_create_srq(struct ibv_pd *pd, struct ibv_srq_init_
 	}
 	pthread_mutex_init(&s->mu, NULL);
 	s->limit = at->srq_limit;
+	s->xdom = dom;
+	s->xcq = xcq;
+	if (xcq)
+		atomic_fetch_add(&xcq->nxrc, 1);
 	at->max_wr = (uint32_t)n - 1;
 	at->max_sge = s->max_sge;
 	struct ibv_srq *q = &s->srq;
@@ -105,6 +111,15 @@ HC_EXPORT struct ibv_srq *ibv_create_srq(struct ibv_pd *pd, struct ibv_srq_init_
 	pthread_mutex_init(&q->mutex, NULL);
 	pthread_cond_init(&q->cond, NULL);
 	return q;
+}
+
+HC_EXPORT struct ibv_srq *ibv_create_srq(struct ibv_pd *pd, struct ibv_srq_init_attr *a)
+{
+	if (!pd || !a) {
+		errno = EINVAL;
+		return NULL;
+	}
+	return create_srq(pd, a, NULL, NULL);
 }
 
 HC_EXPORT int ibv_modify_srq(struct ibv_srq *q, struct ibv_srq_attr *a, int mask)
@@ -164,7 +179,10 @@ HC_EXPORT int ibv_destroy_srq(struct ibv_srq *q)
 		ctx->srqs[s->srqn] = NULL;
 	hc_purge_async(ctx, q);
 	pthread_mutex_unlock(&ctx->obj_mu);
-	pthread_mutex_lock(&q->mutex);
+	if (s->xcq) { /* its CQEs go, as mlx5 cleans an XRC SRQ's CQ; no poller uses s after */
+		hc_cq_clean(s->xcq, HC_CLEAN_SRQ, s);
+		atomic_fetch_sub(&s->xcq->nxrc, 1);
+	}	pthread_mutex_lock(&q->mutex);
 	while (q->events_completed != s->async_reported)
 		pthread_cond_wait(&q->cond, &q->mutex);
 	pthread_mutex_unlock(&q->mutex);
@@ -229,8 +247,9 @@ uint64_t hc_srq_free(struct hc_srq *s, uint16_t idx)
 
 /* hc_create_srq_ex is the context's create_srq_ex (ibv_create_srq_ex
  * calls it for what ibv_create_srq cannot take): a basic SRQ, with or
- * without a CQ named (mlx5 uses the CQ only for XRC and tag matching);
- * XRC and tag-matching SRQs are not modelled. */
+ * without a CQ named (mlx5 uses the CQ only for XRC and tag matching), or
+ * an XRC SRQ, which needs its domain and CQ; tag-matching SRQs are not
+ * modelled. */
 struct ibv_srq *hc_create_srq_ex(struct ibv_context *c, struct ibv_srq_init_attr_ex *a)
 {
 	const uint32_t known = IBV_SRQ_INIT_ATTR_TYPE | IBV_SRQ_INIT_ATTR_PD | IBV_SRQ_INIT_ATTR_XRCD |
@@ -239,13 +258,26 @@ struct ibv_srq *hc_create_srq_ex(struct ibv_context *c, struct ibv_srq_init_attr
 		errno = a && (a->comp_mask & ~known) ? EOPNOTSUPP : EINVAL;
 		return NULL;
 	}
-	if ((a->comp_mask & IBV_SRQ_INIT_ATTR_TYPE) && a->srq_type != IBV_SRQT_BASIC) {
-		HC_UNIMPLEMENTED(a->srq_type == IBV_SRQT_XRC ? "ibv_create_srq_ex (XRC)" : "ibv_create_srq_ex (tag matching)");
+	enum ibv_srq_type t = a->comp_mask & IBV_SRQ_INIT_ATTR_TYPE ? a->srq_type : IBV_SRQT_BASIC;
+	if (t == IBV_SRQT_TM || t > IBV_SRQT_TM) {
+		HC_UNIMPLEMENTED("ibv_create_srq_ex (tag matching)");
 		errno = EOPNOTSUPP;
 		return NULL;
 	}
+	struct hc_xdom *dom = NULL;
+	struct hc_cq *xcq = NULL;
+	if (t == IBV_SRQT_XRC) {
+		/* An XRC SRQ names its domain and the CQ its completions go to. */
+		const uint32_t need = IBV_SRQ_INIT_ATTR_XRCD | IBV_SRQ_INIT_ATTR_CQ;
+		if ((a->comp_mask & need) != need || !a->xrcd || !a->cq || a->xrcd->context != c || a->cq->context != c) {
+			errno = EINVAL;
+			return NULL;
+		}
+		dom = ((struct hc_xrcd *)a->xrcd)->dom;
+		xcq = hc_cq(a->cq);
+	}
 	struct ibv_srq_init_attr b = {.srq_context = a->srq_context, .attr = a->attr};
-	struct ibv_srq *s = ibv_create_srq(a->pd, &b);
+	struct ibv_srq *s = create_srq(a->pd, &b, dom, xcq);
 	if (s)
 		a->attr = b.attr;
 	return s;

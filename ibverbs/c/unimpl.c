@@ -48,8 +48,6 @@ UNIMPL_INT(u_rt_values, "ibv_query_rt_values_ex")
 UNIMPL_INT(u_destroy_flow, "ibv_destroy_flow")
 UNIMPL_PTR(u_create_flow, "ibv_create_flow")
 UNIMPL_PTR(u_open_qp, "ibv_open_qp")
-UNIMPL_PTR(u_open_xrcd, "ibv_open_xrcd")
-UNIMPL_INT(u_close_xrcd, "ibv_close_xrcd")
 
 /* SET stores an UNIMPL function in a table entry of another type: the
  * entries are only ever called by verbs.h wrappers, with arguments the
@@ -93,6 +91,6 @@ void hc_fill_unimplemented_ops(struct hc_context *ctx)
 	SET(v->open_qp, u_open_qp);
 	v->get_srq_num = hc_get_srq_num;
 	v->create_srq_ex = hc_create_srq_ex;
-	SET(v->open_xrcd, u_open_xrcd);
-	SET(v->close_xrcd, u_close_xrcd);
+	v->open_xrcd = hc_open_xrcd;
+	v->close_xrcd = hc_close_xrcd;
 }

@@ -266,24 +266,48 @@ func WaitListening(t testing.TB, p *Proc, port int, timeout time.Duration) {
 // 127.0.0.1) and returns both outputs. Both must succeed.
 func Pair(t testing.TB, timeout time.Duration, lib, sock string, server, client []string) (string, string) {
 	t.Helper()
+	outs, err := Group(t, timeout, lib, sock, []string{sock}, server, client)
+	if err != nil {
+		t.Fatalf("server %v, client %v: %v\nserver:\n%s\nclient:\n%s", server, client, err, outs[0], outs[1])
+	}
+	return outs[0], outs[1]
+}
+
+// Group runs a server program on the daemon at srvSock, waits until it
+// listens, then one client per entry of cliSocks, each on that daemon
+// (connecting to the server at 127.0.0.1), and waits for them all. It
+// returns the outputs, the server's first, and the first failure (a
+// timeout says so); every output is checked for unimplemented verbs.
+func Group(t testing.TB, timeout time.Duration, lib, srvSock string, cliSocks []string, server, client []string) ([]string, error) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	port := FreePort(t)
-	srv := Start(ctx, t, lib, sock, server[0], append(server[1:], "-p", strconv.Itoa(port))...)
+	srv := Start(ctx, t, lib, srvSock, server[0], append(server[1:], "-p", strconv.Itoa(port))...)
 	WaitListening(t, srv, port, timeout)
-	cli := Start(ctx, t, lib, sock, client[0], append(client[1:], "-p", strconv.Itoa(port), "127.0.0.1")...)
-	cerr := cli.Wait()
-	serr := srv.Wait()
-	so, co := srv.Output(), cli.Output()
-	if cerr != nil || serr != nil {
-		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			t.Errorf("timed out after %v", timeout)
-		}
-		t.Fatalf("server %v: %v\n%s\nclient %v: %v\n%s", server, serr, so, client, cerr, co)
+	clis := make([]*Proc, len(cliSocks))
+	for i, sock := range cliSocks {
+		clis[i] = Start(ctx, t, lib, sock, client[0], append(client[1:], "-p", strconv.Itoa(port), "127.0.0.1")...)
 	}
-	NoUnimplemented(t, so)
-	NoUnimplemented(t, co)
-	return so, co
+	var first error
+	outs := make([]string, 1, 1+len(clis))
+	for i, c := range clis {
+		if err := c.Wait(); err != nil && first == nil {
+			first = fmt.Errorf("client %d: %w", i, err)
+		}
+		outs = append(outs, c.Output())
+	}
+	if err := srv.Wait(); err != nil && first == nil {
+		first = fmt.Errorf("server: %w", err)
+	}
+	outs[0] = srv.Output()
+	if first != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		first = fmt.Errorf("timed out after %v: %w", timeout, first)
+	}
+	for _, o := range outs {
+		NoUnimplemented(t, o)
+	}
+	return outs, first
 }
 
 // NoUnimplementedExcept is NoUnimplemented for programs that probe
