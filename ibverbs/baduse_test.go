@@ -173,3 +173,14 @@ func TestMWVerbs(t *testing.T) {
 	bin := buildC(t, filepath.Join("c", "test", "mw.c"), "-libverbs")
 	runChecks(t, lib, frontendtest.Daemon(t), bin, 22)
 }
+
+// TestXRCVerbs: XRC through the front end (c/test/xrc.c) — domains and
+// the kernel's open rules, XRC SRQs and their CQ, initiator to target
+// traffic into the SRQ each message names, the SRQ's PD at the target,
+// REM_INV_REQ_ERR for an SRQ of another domain, the queues XRC QPs lack,
+// XRC's modify masks, ibv_open_qp, and the refusals while in use.
+func TestXRCVerbs(t *testing.T) {
+	lib := frontendtest.Lib(t)
+	bin := buildC(t, filepath.Join("c", "test", "xrc.c"), "-libverbs")
+	runChecks(t, lib, frontendtest.Daemon(t), bin, 35, filepath.Join(t.TempDir(), "xrc_domain"))
+}

@@ -435,6 +435,8 @@ HC_EXPORT int ibv_resize_cq(struct ibv_cq *ibcq, int cqe)
  * each slot's owner bit), and the consumer index advanced past the gap. */
 void hc_cq_clean(struct hc_cq *cq, uint32_t qpn, struct hc_srq *srq)
 {
+	if (!cq)
+		return; /* a QP without this CQ (XRC) */
 	pthread_mutex_lock(&cq->lock);
 	uint32_t size = 1u << cq->log, prod = cq->ci;
 	for (;;) {

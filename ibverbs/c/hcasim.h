@@ -290,6 +290,13 @@ struct hc_qp {
 	struct ibv_qp_ex qpx; /* its head is the ibv_qp */
 	struct hc_context *ctx;
 	struct hc_srq *srq; /* where its receives come from, or NULL */
+	/* XRC targets: the domain; a handle of ibv_open_qp names the target
+	 * it opened. A target counts its handles, and one its creator
+	 * destroyed while opened is gone: destroyed with its last handle (both
+	 * under the context's obj_mu). */
+	struct hc_xdom *xdom;
+	struct hc_qp *opened;
+	int open_refs, gone;
 	struct hc_dma mem; /* SQ ring, RQ ring, doorbell record */
 	uint8_t *sq;
 	uint8_t *rq;
@@ -423,7 +430,6 @@ int hc_get_srq_num(struct ibv_srq *q, uint32_t *num);
 /* xrc.c */
 struct ibv_xrcd *hc_open_xrcd(struct ibv_context *c, struct ibv_xrcd_init_attr *a);
 int hc_close_xrcd(struct ibv_xrcd *x);
-struct ibv_qp *hc_open_qp(struct ibv_context *c, struct ibv_qp_open_attr *a);
 int hc_xrc_wc(struct hc_cq *cq, const uint8_t *e, struct ibv_wc *wc);
 void hc_recv_fields(const uint8_t *e, struct ibv_wc *wc);
 
@@ -440,6 +446,7 @@ unsigned hc_mr_access(struct ibv_mr *mr);
 int hc_alloc_type_ok(const char *env);
 int hc_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad);
 struct ibv_qp *hc_create_qp_ex(struct ibv_context *c, struct ibv_qp_init_attr_ex *a);
+struct ibv_qp *hc_open_qp(struct ibv_context *c, struct ibv_qp_open_attr *a);
 struct ibv_qp *hc_create_qp(struct ibv_context *c, struct ibv_qp_init_attr_ex *a, const struct hc_qp_dv *dv);
 void hc_send_done(struct hc_qp *qp, const uint8_t *cqe, struct ibv_wc *wc);
 void hc_recv_done(struct hc_qp *qp, const uint8_t *cqe, struct ibv_wc *wc);

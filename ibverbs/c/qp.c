@@ -128,6 +128,7 @@ static struct ibv_qp *create_tgt(struct ibv_context *c, struct ibv_qp_init_attr_
 	}
 	pthread_mutex_init(&qp->smu, NULL);
 	pthread_mutex_init(&qp->rmu, NULL);
+	qp->xdom = ((struct hc_xrcd *)a->xrcd)->dom;
 	memset(&a->cap, 0, sizeof a->cap);
 	struct hc_qp_dv none = {0};
 	hc_dv_qp_init(qp, &none);
@@ -280,6 +281,56 @@ struct ibv_qp *hc_create_qp(struct ibv_context *c, struct ibv_qp_init_attr_ex *a
 	return qp_publish(ctx, qp, a, qpn);
 }
 
+/* hc_open_qp is ibv_open_qp of an XRC target of this context (domains are
+ * the context's): a new handle of the target, whose modify and query are
+ * the target's; the target lives until its creator and every handle have
+ * destroyed it, as the kernel keeps a shared target. */
+struct ibv_qp *hc_open_qp(struct ibv_context *c, struct ibv_qp_open_attr *a)
+{
+	const uint32_t need = IBV_QP_OPEN_ATTR_NUM | IBV_QP_OPEN_ATTR_XRCD | IBV_QP_OPEN_ATTR_TYPE;
+	if (!a || (a->comp_mask & need) != need || a->comp_mask >= IBV_QP_OPEN_ATTR_RESERVED ||
+	    a->qp_type != IBV_QPT_XRC_RECV || !a->xrcd || a->xrcd->context != c) {
+		errno = EINVAL;
+		return NULL;
+	}
+	struct hc_context *ctx = hc_ctx(c);
+	struct hc_qp *h = hc_zalloc(sizeof *h);
+	if (!h) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	pthread_mutex_lock(&ctx->obj_mu);
+	struct hc_qp *t = a->qp_num < ctx->nqps ? ctx->qps[a->qp_num] : NULL;
+	int ok = t && t->qpx.qp_base.qp_type == IBV_QPT_XRC_RECV && !t->gone &&
+		 t->xdom == ((struct hc_xrcd *)a->xrcd)->dom;
+	if (ok)
+		t->open_refs++;
+	pthread_mutex_unlock(&ctx->obj_mu);
+	if (!ok) {
+		hc_zfree(h);
+		errno = EINVAL; /* no target of that number in the domain */
+		return NULL;
+	}
+	h->ctx = ctx;
+	h->opened = t;
+	h->xdom = t->xdom;
+	pthread_mutex_init(&h->smu, NULL);
+	pthread_mutex_init(&h->rmu, NULL);
+	struct ibv_qp *q = &h->qpx.qp_base;
+	q->context = c;
+	q->qp_context = a->comp_mask & IBV_QP_OPEN_ATTR_CONTEXT ? a->qp_context : NULL;
+	q->handle = q->qp_num = a->qp_num;
+	q->qp_type = IBV_QPT_XRC_RECV;
+	q->state = t->qpx.qp_base.state;
+	pthread_mutex_init(&q->mutex, NULL);
+	pthread_cond_init(&q->cond, NULL);
+	h->attr = t->attr;
+	qpx_init(h);
+	struct hc_qp_dv none = {0};
+	hc_dv_qp_init(h, &none);
+	return q;
+}
+
 HC_EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *a)
 {
 	struct ibv_qp_init_attr_ex x = {0};
@@ -304,9 +355,34 @@ HC_EXPORT int ibv_query_qp_data_in_order(struct ibv_qp *qp, enum ibv_wr_opcode o
 	return qp && !flags ? 1 : 0;
 }
 
+static int qp_destroy(struct hc_qp *qp);
+
 HC_EXPORT int ibv_destroy_qp(struct ibv_qp *q)
 {
 	struct hc_qp *qp = hc_qp(q);
+	struct hc_context *ctx = qp->ctx;
+	if (qp->opened || q->qp_type == IBV_QPT_XRC_RECV) {
+		/* A target's handle, or a target: the last of them destroys it. */
+		struct hc_qp *t = qp->opened ? qp->opened : qp;
+		pthread_mutex_lock(&ctx->obj_mu);
+		if (qp->opened)
+			t->open_refs--;
+		else
+			t->gone = 1;
+		int last = t->gone && !t->open_refs;
+		pthread_mutex_unlock(&ctx->obj_mu);
+		if (qp->opened)
+			qp_free(qp);
+		if (!last)
+			return 0;
+		qp = t;
+	}
+	return qp_destroy(qp);
+}
+
+static int qp_destroy(struct hc_qp *qp)
+{
+	struct ibv_qp *q = &qp->qpx.qp_base;
 	struct hc_context *ctx = qp->ctx;
 	uint8_t in[12], out[64];
 	hc_cmd_header(in, HC_CMD_DESTROY_QP);
@@ -322,9 +398,9 @@ HC_EXPORT int ibv_destroy_qp(struct ibv_qp *q)
 		ctx->qps[q->qp_num] = NULL;
 	hc_purge_async(ctx, q);
 	pthread_mutex_unlock(&ctx->obj_mu);
-	if (qp->scq) /* an XRC target has no CQs: its CQEs stay in its SRQs' (as mlx5's) */
-		hc_cq_clean(qp->scq, q->qp_num, qp->srq);
-	if (qp->rcq && qp->rcq != qp->scq)
+	/* An XRC target has no CQs: its CQEs stay in its SRQs' (as mlx5's). */
+	hc_cq_clean(qp->scq, q->qp_num, qp->srq);
+	if (qp->rcq != qp->scq)
 		hc_cq_clean(qp->rcq, q->qp_num, qp->srq);
 	pthread_mutex_lock(&q->mutex);
 	while (q->events_completed != qp->async_reported)
@@ -453,13 +529,21 @@ static void reset_indices(struct hc_qp *qp)
 	pthread_mutex_lock(&qp->rmu);
 	qp->rq_head = qp->rq_tail = 0;
 	pthread_mutex_unlock(&qp->rmu);
-	hc_store32(qp->db, 0);
-	hc_store32(qp->db + 4, 0);
+	if (qp->db) { /* an XRC target has no queues, and no doorbell record */
+		hc_store32(qp->db, 0);
+		hc_store32(qp->db + 4, 0);
+	}
 }
 
 HC_EXPORT int ibv_modify_qp(struct ibv_qp *q, struct ibv_qp_attr *a, int mask)
 {
 	struct hc_qp *qp = hc_qp(q);
+	if (qp->opened) { /* a handle of ibv_open_qp: the target's */
+		struct ibv_qp *t = &qp->opened->qpx.qp_base;
+		int err = ibv_modify_qp(t, a, mask);
+		q->state = t->state;
+		return err;
+	}
 	struct hc_context *ctx = qp->ctx;
 	enum ibv_qp_state cur = (mask & IBV_QP_CUR_STATE) ? a->cur_qp_state : q->state;
 	enum ibv_qp_state to = (mask & IBV_QP_STATE) ? a->qp_state : cur;
@@ -602,8 +686,15 @@ HC_EXPORT int ibv_modify_qp(struct ibv_qp *q, struct ibv_qp_attr *a, int mask)
 
 HC_EXPORT int ibv_query_qp(struct ibv_qp *q, struct ibv_qp_attr *a, int mask, struct ibv_qp_init_attr *init)
 {
-	(void)mask;
 	struct hc_qp *qp = hc_qp(q);
+	if (qp->opened) {
+		struct ibv_qp *t = &qp->opened->qpx.qp_base;
+		int err = ibv_query_qp(t, a, mask, init);
+		q->state = t->state;
+		if (!err && init)
+			init->qp_context = q->qp_context;
+		return err;
+	}
 	uint8_t out[HC_QP_OUT_SIZE];
 	size_t outlen = 0;
 	int s = device_state(qp, out, &outlen);
@@ -886,7 +977,10 @@ int hc_post_send(struct ibv_qp *q, struct ibv_send_wr *wr, struct ibv_send_wr **
 	struct hc_qp *qp = hc_qp(q);
 	int err = 0, posted = 0;
 	pthread_mutex_lock(&qp->smu);
-	if (!can_post_send(q->state)) {
+	if (!qp->sq && wr) {
+		err = ENOMEM; /* an XRC target: a send queue of no WQEs */
+		*bad = wr;
+	} else if (!can_post_send(q->state)) {
 		err = EINVAL;
 		*bad = wr;
 	}
@@ -912,11 +1006,14 @@ int hc_post_recv(struct ibv_qp *q, struct ibv_recv_wr *wr, struct ibv_recv_wr **
 	pthread_mutex_lock(&qp->rmu);
 	uint16_t size = (uint16_t)(1u << qp->rq_log);
 	size_t stride = (size_t)1 << qp->rq_shift;
-	if (q->state == IBV_QPS_RESET) {
+	if ((q->qp_type == IBV_QPT_XRC_SEND || q->qp_type == IBV_QPT_XRC_RECV) && wr) {
+		err = ENOMEM; /* an XRC QP has a receive queue of no WQEs, in any state */
+		*bad = wr;
+	} else if (q->state == IBV_QPS_RESET) {
 		err = EINVAL;
 		*bad = wr;
-	} else if ((qp->srq || q->qp_type == IBV_QPT_XRC_SEND || q->qp_type == IBV_QPT_XRC_RECV) && wr) {
-		err = ENOMEM; /* as mlx5: a QP on an SRQ, or of XRC, has a receive queue of no WQEs */
+	} else if (qp->srq && wr) {
+		err = ENOMEM; /* as mlx5: a QP on an SRQ has a receive queue of no WQEs */
 		*bad = wr;
 	}
 	for (; wr && !err; wr = wr->next) {

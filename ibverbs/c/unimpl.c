@@ -47,7 +47,6 @@ UNIMPL_PTR(u_create_wq, "ibv_create_wq")
 UNIMPL_INT(u_rt_values, "ibv_query_rt_values_ex")
 UNIMPL_INT(u_destroy_flow, "ibv_destroy_flow")
 UNIMPL_PTR(u_create_flow, "ibv_create_flow")
-UNIMPL_PTR(u_open_qp, "ibv_open_qp")
 
 /* SET stores an UNIMPL function in a table entry of another type: the
  * entries are only ever called by verbs.h wrappers, with arguments the
@@ -88,7 +87,7 @@ void hc_fill_unimplemented_ops(struct hc_context *ctx)
 	SET(v->query_rt_values, u_rt_values);
 	SET(v->ibv_destroy_flow, u_destroy_flow);
 	SET(v->ibv_create_flow, u_create_flow);
-	SET(v->open_qp, u_open_qp);
+	v->open_qp = hc_open_qp;
 	v->get_srq_num = hc_get_srq_num;
 	v->create_srq_ex = hc_create_srq_ex;
 	v->open_xrcd = hc_open_xrcd;
