@@ -103,6 +103,9 @@ var lossSensitive = map[string]bool{
 	"UC": true, // a lost UC packet loses its message: that is the transport
 	"MW": true, // each window scenario checks remote access errors
 	"UD": true, // a lost datagram is lost: that is the transport
+	// XRC's error scenarios end the target in ERR with the NAK: a lost
+	// NAK is RETRY_EXC_ERR, as for RC's AccessErrors.
+	"XRC/SRQOfAnotherPD": true, "XRC/SRQOfAnotherDomain": true,
 }
 
 // RunOptions runs every scenario as a subtest of t with the options.
@@ -161,6 +164,7 @@ var groups = []group{
 	{"UC", ucScenarios},
 	{"MW", mwScenarios},
 	{"UD", udScenarios},
+	{"XRC", xrcScenarios},
 }
 
 type suite struct {

@@ -57,6 +57,7 @@ type Context struct {
 	allocs  []allocation
 	regs    []*MR // registered MRs over buffers the driver mapped (inline reads)
 	qps     map[uint32]*QP
+	xsrqs   map[uint32]*SRQ // XRC SRQs, whose CQEs name them (under mu)
 	cqs     map[uint32]*CQ
 	sigMRs  map[uint32]*MR   // signature keys by index, for SIG_ERR CQEs
 	mrs     map[uint32]*MR   // RegMR and fast-registration MRs by key index (MapSGPI's checks)
@@ -88,7 +89,7 @@ func Open(dev ifc.Opener) (*Context, error) {
 
 // New returns a context over a function (in process, or a socket client).
 func New(fn ifc.Function) (*Context, error) {
-	c := &Context{fn: fn, qps: map[uint32]*QP{}, cqs: map[uint32]*CQ{}, sigMRs: map[uint32]*MR{}, mrs: map[uint32]*MR{},
+	c := &Context{fn: fn, qps: map[uint32]*QP{}, xsrqs: map[uint32]*SRQ{}, cqs: map[uint32]*CQ{}, sigMRs: map[uint32]*MR{}, mrs: map[uint32]*MR{},
 		async: make(chan ifc.Event, 256), stopEv: make(chan struct{}), lost: make(chan struct{})}
 	out := ifc.Out(fn.Command(ifc.NewIn(ifc.CmdQueryHCACap, ifc.InHeaderSize)))
 	if err := out.Err(ifc.CmdQueryHCACap); err != nil {

@@ -373,6 +373,12 @@ func (c *Context) complete(e cq.CQE, wc *WC, last *qpCache) bool {
 		c.sigError(&f)
 		return false
 	}
+	if recv := op != cq.OpReq && op != cq.OpReqErr; recv && len(c.xsrqs) > 0 {
+		if c.xrcDone(e, op, wc) {
+			last.release()
+			return true
+		}
+	}
 	if qpn := e.QPN(); last.qp == nil || last.qpn != qpn {
 		last.release() // no QP's send lock held while taking the context's
 		c.mu.Lock()

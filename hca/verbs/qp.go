@@ -57,6 +57,14 @@ const (
 	// most the MTU, each to the QP its SendWR.UD names; every receive
 	// buffer starts with the 40-byte GRH.
 	QPTypeUD
+	// QPTypeXRCSend is an XRC initiator (IBV_QPT_XRC_SEND): RC's
+	// operations, each message naming the remote XRC SRQ it is for
+	// (SendWR.XRCSRQN); it has no receive queue.
+	QPTypeXRCSend
+	// QPTypeXRCRecv is an XRC target (IBV_QPT_XRC_RECV, XRCD.CreateTarget):
+	// no queues and no CQs; it serves each message into the XRC SRQ of its
+	// domain the message names, in that SRQ's PD, completing on its CQ.
+	QPTypeXRCRecv
 )
 
 // String returns the type's verbs name.
@@ -68,6 +76,10 @@ func (t QPType) String() string {
 		return "UC"
 	case QPTypeUD:
 		return "UD"
+	case QPTypeXRCSend:
+		return "XRC_SEND"
+	case QPTypeXRCRecv:
+		return "XRC_RECV"
 	}
 	return fmt.Sprintf("QPType(%d)", uint8(t))
 }
@@ -214,6 +226,8 @@ type SendWR struct {
 	Bind *MWBind
 	// UD is the destination of a UD QP's send.
 	UD *UDDest
+	// XRCSRQN is the remote XRC SRQ an XRC initiator's WR is for.
+	XRCSRQN uint32
 }
 
 // UDDest addresses a datagram: the destination QP and its Q_Key (bit 31
@@ -282,8 +296,11 @@ type QP struct {
 // maxWQEBBs returns the WQEBBs the largest WR of cap takes: data WRs (a
 // control, a remote address and an atomic segment, then the SGEs or the
 // inline data) and REG_MR (ctrl, UMR ctrl, mkey, 64 B inline translation).
-func maxWQEBBs(c *QPCap) int {
+func maxWQEBBs(c *QPCap, xrc bool) int {
 	data := sq.CtrlSegSize + sq.RaddrSegSize + sq.AtomicSize + max(c.MaxSendSGE*sq.DataSegSize, (4+c.MaxInline+15)&^15)
+	if xrc {
+		data += sq.XRCSegSize
+	}
 	return max(sq.WQEBBs(uint8(min((data+15)/16, 255))), 3)
 }
 
@@ -295,22 +312,24 @@ func pow2(n int) uint8 {
 	return l
 }
 
-// CreateQP creates a QP (RC or UC) in the RESET state.
+// CreateQP creates a QP (RC, UC, UD or an XRC initiator) in the RESET
+// state. An XRC initiator needs no RecvCQ and takes no SRQ.
 func (pd *PD) CreateQP(a *QPInitAttr) (*QP, error) {
 	c := pd.ctx
 	cp := a.Cap
-	if a.SRQ != nil {
+	xrc := a.Type == QPTypeXRCSend
+	if a.SRQ != nil || xrc {
 		cp.MaxRecvWR, cp.MaxRecvSGE = 1, 1
 	}
-	if a.SendCQ == nil || a.RecvCQ == nil || cp.MaxSendWR <= 0 || cp.MaxRecvWR <= 0 ||
+	if a.SendCQ == nil || a.RecvCQ == nil && !xrc || xrc && a.SRQ != nil || cp.MaxSendWR <= 0 || cp.MaxRecvWR <= 0 ||
 		cp.MaxSendSGE < 0 || cp.MaxRecvSGE <= 0 || cp.MaxSendSGE > int(c.caps.MaxSGE) || cp.MaxRecvSGE > int(c.caps.MaxSGE) ||
-		cp.MaxInline < 0 || cp.MaxInline > int(c.caps.MaxInline) || a.Type > QPTypeUD {
+		cp.MaxInline < 0 || cp.MaxInline > int(c.caps.MaxInline) || a.Type > QPTypeXRCSend {
 		return nil, fmt.Errorf("create qp %+v: %w", cp, ErrInvalid)
 	}
 	if cp.MaxSendSGE == 0 {
 		cp.MaxSendSGE = 1
 	}
-	bb := maxWQEBBs(&cp)
+	bb := maxWQEBBs(&cp, xrc)
 	if a.Integrity {
 		bb = max(bb, 9) // REG_MR_INTEGRITY: 3 + 4 + 1 + 1 WQEBBs
 	}
@@ -340,7 +359,13 @@ func (pd *PD) CreateQP(a *QPInitAttr) (*QP, error) {
 	n := 1 << qp.sqLog
 	qp.wrid, qp.wrop, qp.nbb = make([]uint64, n), make([]WROpcode, n), make([]uint8, n)
 	qp.rwrid = make([]uint64, 1<<qp.rqLog)
-	in := ifc.NewIn(ifc.CmdCreateQP, ifc.QPInSize).Put32(ifc.QPInPD, pd.pdn).Put32(ifc.QPInSendCQ, a.SendCQ.cqn).Put32(ifc.QPInRecvCQ, a.RecvCQ.cqn)
+	in := ifc.NewIn(ifc.CmdCreateQP, ifc.QPInSize).Put32(ifc.QPInPD, pd.pdn).Put32(ifc.QPInSendCQ, a.SendCQ.cqn)
+	if xrc {
+		qp.rcq = nil
+		in.Put8(ifc.QPInType, ifc.QPTypeXRC)
+	} else {
+		in.Put32(ifc.QPInRecvCQ, a.RecvCQ.cqn)
+	}
 	flags := uint32(ifc.QPFlagDBHint) // ring only when the send engine sleeps
 	if a.Integrity {
 		flags |= ifc.QPFlagIntegr
@@ -494,8 +519,10 @@ func (qp *QP) Modify(a *QPAttr) error {
 		qp.rmu.Lock()
 		qp.rqHead, qp.rqTail = 0, 0
 		qp.rmu.Unlock()
-		dma.StoreBE32(qp.db[sq.DBRecRecv:], 0)
-		dma.StoreBE32(qp.db[sq.DBRecSend:], 0)
+		if qp.db != nil { // an XRC target has no doorbell record
+			dma.StoreBE32(qp.db[sq.DBRecRecv:], 0)
+			dma.StoreBE32(qp.db[sq.DBRecSend:], 0)
+		}
 	}
 	return nil
 }
@@ -559,7 +586,9 @@ func (qp *QP) PostRecv(wrs []RecvWR) (int, error) {
 	stride := 1 << qp.rqShift
 	posted := 0
 	var err error
-	if st == StateReset {
+	if qp.typ == QPTypeXRCSend || qp.typ == QPTypeXRCRecv {
+		err = fmt.Errorf("post recv to an XRC QP (no receive queue): %w", ErrRingFull)
+	} else if st == StateReset {
 		err = fmt.Errorf("post recv in RESET: %w", ErrQPState)
 	} else if qp.srq != nil {
 		err = fmt.Errorf("post recv to a QP on SRQ %#x: %w", qp.srq.srqn, ErrRingFull)
@@ -718,7 +747,7 @@ func (qp *QP) postWQE(wr *SendWR, w []byte, op sq.Opcode, ds uint8, fence sq.Fen
 
 // room reports whether nbb more WQEBBs fit in the send queue.
 func (qp *QP) room(nbb int) bool {
-	return qp.curPost+uint16(nbb)-qp.sqTail <= uint16(1)<<qp.sqLog
+	return qp.sqBuf != nil && qp.curPost+uint16(nbb)-qp.sqTail <= uint16(1)<<qp.sqLog
 }
 
 // put copies a whole WQE (w, whole WQEBBs) into the ring at the producer
@@ -773,6 +802,16 @@ func (qp *QP) recvDone(e cq.CQE, op cq.Opcode, wc *WC) {
 		*wc = WC{WRID: qp.rwrid[slot], QPN: qp.qpn, Opcode: WCRecv}
 		qp.rqTail = counter + 1
 	}
+	recvFields(e, op, wc)
+	if qp.typ == QPTypeUD && op != cq.OpRespErr {
+		f := e.Fields()
+		wc.SrcQP, wc.GRH = f.SrcQP, f.GRH
+	}
+}
+
+// recvFields fills in what a receive CQE says of any QP: the length, the
+// status, the immediate or invalidated key.
+func recvFields(e cq.CQE, op cq.Opcode, wc *WC) {
 	if op != cq.OpRespErr {
 		wc.ByteLen = e.ByteCount()
 	}
@@ -785,10 +824,6 @@ func (qp *QP) recvDone(e cq.CQE, op cq.Opcode, wc *WC) {
 		wc.Imm, wc.WithInv = e.Immediate(), true
 	case cq.OpRespWriteImm:
 		wc.Imm, wc.WithImm, wc.Opcode = e.Immediate(), true, WCRecvRDMAWithImm
-	}
-	if qp.typ == QPTypeUD && op != cq.OpRespErr {
-		f := e.Fields()
-		wc.SrcQP, wc.GRH = f.SrcQP, f.GRH
 	}
 }
 
@@ -843,7 +878,7 @@ func (qp *QP) CurPost() uint16 {
 // record's word 2, DEVICE.md): true while the device's send engine for
 // this QP will read the send counter again without a doorbell, false once
 // it sleeps until the next one.
-func (qp *QP) SendEngineAwake() bool { return dma.LoadBE32(qp.db[sq.DBRecHint:]) != 0 }
+func (qp *QP) SendEngineAwake() bool { return qp.db != nil && dma.LoadBE32(qp.db[sq.DBRecHint:]) != 0 }
 
 // PostedWQE is a copy of a posted send WQE, for tools that show what the
 // driver wrote (hcasim demo).

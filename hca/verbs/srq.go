@@ -18,6 +18,11 @@ type SRQInitAttr struct {
 	MaxWR, MaxSGE int
 	// Limit arms the limit event at once (0: not armed); see Modify.
 	Limit int
+	// XRCD makes an XRC SRQ of that domain: XRC targets of the domain
+	// serve the messages that name it into it, and its completions go to
+	// CQ (which it then needs).
+	XRCD *XRCD
+	CQ   *CQ
 }
 
 // SRQ is a shared receive queue: QPs created with it (QPInitAttr.SRQ) take
@@ -36,6 +41,7 @@ type SRQ struct {
 	log    uint8
 	shift  uint8
 	maxSGE int
+	xrc    bool // an XRC SRQ (Context.xsrqs)
 
 	mu      sync.Mutex
 	head    uint16 // the next WQE to post
@@ -47,7 +53,8 @@ type SRQ struct {
 // CreateSRQ creates a shared receive queue in the PD.
 func (pd *PD) CreateSRQ(a *SRQInitAttr) (*SRQ, error) {
 	c := pd.ctx
-	if a.MaxWR <= 0 || a.MaxSGE <= 0 || a.MaxSGE > int(c.caps.MaxSGE) || a.Limit < 0 || a.Limit > a.MaxWR {
+	if a.MaxWR <= 0 || a.MaxSGE <= 0 || a.MaxSGE > int(c.caps.MaxSGE) || a.Limit < 0 || a.Limit > a.MaxWR ||
+		a.XRCD != nil && a.CQ == nil {
 		return nil, fmt.Errorf("create srq %+v: %w", *a, ErrInvalid)
 	}
 	// One WQE more than asked: the list keeps its tail free (mlx5).
@@ -73,12 +80,22 @@ func (pd *PD) CreateSRQ(a *SRQInitAttr) (*SRQ, error) {
 	in := ifc.NewIn(ifc.CmdCreateSRQ, ifc.SRQInSize).Put32(ifc.SRQInPD, pd.pdn)
 	in.Put8(ifc.SRQInLogSize, s.log).Put8(ifc.SRQInLogStride, s.shift).Put32(ifc.SRQInLimit, uint32(a.Limit))
 	in.Put64(ifc.SRQInRing, s.io).Put64(ifc.SRQInDBRec, s.dbIO)
+	if a.XRCD != nil {
+		in = append(in, make(ifc.In, ifc.SRQInSizeXRC-len(in))...)
+		in.Put32(ifc.SRQInXRCD, a.XRCD.num).Put32(ifc.SRQInCQN, a.CQ.cqn)
+	}
 	out, err := c.cmd(in)
 	if err != nil {
 		s.free()
 		return nil, fmt.Errorf("create srq: %w", err)
 	}
 	s.srqn = out.U32(ifc.SRQNOff)
+	if a.XRCD != nil {
+		s.xrc = true
+		c.mu.Lock()
+		c.xsrqs[s.srqn] = s
+		c.mu.Unlock()
+	}
 	return s, nil
 }
 
@@ -97,6 +114,11 @@ func (s *SRQ) MaxWR() int { return 1<<s.log - 1 }
 func (s *SRQ) Destroy() error {
 	if _, err := s.ctx.cmd(ifc.NewIn(ifc.CmdDestroySRQ, ifc.SRQNOff+4).Put32(ifc.SRQNOff, s.srqn)); err != nil {
 		return fmt.Errorf("destroy srq %#x: %w", s.srqn, err)
+	}
+	if s.xrc {
+		s.ctx.mu.Lock()
+		delete(s.ctx.xsrqs, s.srqn)
+		s.ctx.mu.Unlock()
 	}
 	s.free()
 	return nil

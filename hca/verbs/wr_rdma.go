@@ -26,7 +26,13 @@ func (qp *QP) postRDMA(wr *SendWR) error {
 	// WQEBB (and dataSegs an inline segment's padding).
 	w := qp.scratch[:]
 	seg := w[sq.CtrlSegSize:]
-	n := 0 // bytes of segments after the control segment
+	x := 0 // bytes of the XRC segment
+	if qp.typ == QPTypeXRCSend {
+		// mlx5's XRC WQE: the remote SRQ after the control segment.
+		sq.XRCSeg(seg).Encode(wr.XRCSRQN)
+		seg, x = seg[sq.XRCSegSize:], sq.XRCSegSize
+	}
+	n := 0 // bytes of segments after the control (and XRC) segment
 	imm := uint32(0)
 	switch wr.Opcode {
 	case WRSendWithImm, WRRDMAWriteWithImm:
@@ -66,7 +72,7 @@ func (qp *QP) postRDMA(wr *SendWR) error {
 		return err
 	}
 	n += k
-	if err := qp.postWQE(wr, w, wqeOpcodes[wr.Opcode], uint8((sq.CtrlSegSize+n)/sq.SegSize), qp.fence(wr), imm, false); err != nil {
+	if err := qp.postWQE(wr, w, wqeOpcodes[wr.Opcode], uint8((sq.CtrlSegSize+x+n)/sq.SegSize), qp.fence(wr), imm, false); err != nil {
 		return err
 	}
 	qp.fmCache = qp.postNext
