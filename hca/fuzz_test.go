@@ -22,10 +22,17 @@ func FuzzCommand(f *testing.F) {
 	}
 	// A valid UC and UD CREATE_QP on the fixture's PD and CQ, and one with a
 	// transport the device does not have.
-	for _, typ := range []uint8{ifc.QPTypeUC, ifc.QPTypeUD, 7} {
+	for _, typ := range []uint8{ifc.QPTypeUC, ifc.QPTypeUD, ifc.QPTypeXRC, 7} {
 		f.Add([]byte(ifc.NewIn(ifc.CmdCreateQP, ifc.QPInSize).Put32(ifc.QPInPD, 1).Put32(ifc.QPInSendCQ, 1).Put32(ifc.QPInRecvCQ, 1).
 			Put8(ifc.QPInLogSQ, 4).Put8(ifc.QPInLogRQ, 4).Put8(ifc.QPInLogStride, 4).Put8(ifc.QPInType, typ).Put64(ifc.QPInSQ, 0x10000).Put64(ifc.QPInRQ, 0x20000).Put64(ifc.QPInDBRec, 0x30000)))
 	}
+	// XRC: a target of the fixture's domain (1), an XRC SRQ of it on its
+	// CQ, a domain freed while used.
+	f.Add([]byte(ifc.NewIn(ifc.CmdCreateQP, ifc.QPInSizeXRC).Put8(ifc.QPInType, ifc.QPTypeXRC).Put32(ifc.QPInXRCD, 1).Put8(ifc.QPInLogStride, 4)))
+	f.Add([]byte(ifc.NewIn(ifc.CmdCreateSRQ, ifc.SRQInSizeXRC).Put32(ifc.SRQInPD, 1).Put8(ifc.SRQInLogSize, 4).Put8(ifc.SRQInLogStride, 5).
+		Put64(ifc.SRQInRing, 0x10000).Put64(ifc.SRQInDBRec, 0x18000).Put32(ifc.SRQInXRCD, 1).Put32(ifc.SRQInCQN, 1)))
+	f.Add([]byte(ifc.NewIn(ifc.CmdDeallocXRCD, 12).Put32(ifc.XRCDOff, 1)))
+	f.Add([]byte(ifc.NewIn(ifc.CmdAllocXRCD, 8)))
 	f.Fuzz(func(t *testing.T, in []byte) {
 		dev := hca.New(hca.Options{})
 		defer dev.Close()
@@ -36,6 +43,7 @@ func FuzzCommand(f *testing.F) {
 		buf, iova, _ := fn.AllocDMA(1<<16, 4096)
 		_ = buf
 		fn.Command(ifc.NewIn(ifc.CmdCreateCQ, ifc.CQInSize).Put8(ifc.CQInLogSize, 4).Put64(ifc.CQInRing, iova).Put64(ifc.CQInDBRec, iova+4096))
+		fn.Command(ifc.NewIn(ifc.CmdAllocXRCD, 8))
 		out := ifc.Out(fn.Command(in))
 		require.GreaterOrEqual(t, len(out), ifc.OutHeaderSize, "output too short")
 		require.NotEqual(t, ifc.StatusIntErr, out.Status(), "internal error: %s", out[8:])
@@ -54,6 +62,13 @@ func FuzzWQE(f *testing.F) {
 	sq.CtrlSeg(wr).Encode(&sq.CtrlFields{Opcode: sq.OpRDMAWrite, DS: 3, CE: sq.CECQUpdate})
 	f.Add(wr, uint8(2))
 	f.Add([]byte{0x00, 0x00, 0x00, 0x25, 0, 0, 0, 0x10}, uint8(1))
+	// On an XRC initiator (copies bit 7): a SEND with its XRC segment, and
+	// one without (the XRC segment then reads the SGE).
+	xs := make([]byte, 64)
+	sq.CtrlSeg(xs).Encode(&sq.CtrlFields{Opcode: sq.OpSend, DS: 3, CE: sq.CECQUpdate})
+	sq.XRCSeg(xs[sq.CtrlSegSize:]).Encode(1)
+	f.Add(xs, uint8(0x80|1))
+	f.Add(wr, uint8(0x80|2))
 	f.Fuzz(func(t *testing.T, raw []byte, copies uint8) {
 		if len(raw) > sq.MaxWQEBBs*sq.WQEBBSize {
 			raw = raw[:sq.MaxWQEBBs*sq.WQEBBSize]
@@ -66,9 +81,32 @@ func FuzzWQE(f *testing.F) {
 		pd, _ := ctx.AllocPD()
 		cq, err := ctx.CreateCQ(1024, nil)
 		require.NoError(t, err)
-		qp, err := pd.CreateQP(&verbs.QPInitAttr{SendCQ: cq, RecvCQ: cq, Cap: verbs.QPCap{MaxSendWR: 64, MaxRecvWR: 4, MaxSendSGE: 2, MaxRecvSGE: 2}})
+		typ := verbs.QPTypeRC
+		if copies&0x80 != 0 {
+			typ = verbs.QPTypeXRCSend
+		}
+		qp, err := pd.CreateQP(&verbs.QPInitAttr{Type: typ, SendCQ: cq, RecvCQ: cq, Cap: verbs.QPCap{MaxSendWR: 64, MaxRecvWR: 4, MaxSendSGE: 2, MaxRecvSGE: 2}})
 		require.NoError(t, err)
-		require.NoError(t, qp.Connect(qp.Info(), &verbs.ConnectOptions{Timeout: 1, RetryCnt: 1, RNRRetry: 1, MinRNRTimer: 1}))
+		opts := &verbs.ConnectOptions{Timeout: 1, RetryCnt: 1, RNRRetry: 1, MinRNRTimer: 1}
+		if typ == verbs.QPTypeXRCSend {
+			// Its peer: a target of a domain whose SRQ (number 1) holds a receive.
+			x, err := ctx.AllocXRCD()
+			require.NoError(t, err)
+			srq, err := pd.CreateSRQ(&verbs.SRQInitAttr{MaxWR: 8, MaxSGE: 1, XRCD: x, CQ: cq})
+			require.NoError(t, err)
+			buf, err := ctx.Alloc(4096)
+			require.NoError(t, err)
+			mr, err := pd.RegMR(buf, verbs.AccessLocalWrite)
+			require.NoError(t, err)
+			_, err = srq.PostRecv([]verbs.RecvWR{{WRID: 1 << 40, SG: []verbs.SGE{mr.SGE(0, 4096)}}})
+			require.NoError(t, err)
+			tgt, err := x.CreateTarget()
+			require.NoError(t, err)
+			require.NoError(t, tgt.Connect(qp.Info(), opts))
+			require.NoError(t, qp.Connect(tgt.Info(), opts))
+		} else {
+			require.NoError(t, qp.Connect(qp.Info(), opts))
+		}
 		posted := 0
 		for range max(int(copies%8), 1) {
 			w := append([]byte(nil), raw...)
@@ -82,7 +120,7 @@ func FuzzWQE(f *testing.F) {
 			}
 			posted++
 		}
-		if _, err := qp.PostSend([]verbs.SendWR{{WRID: 999, Opcode: verbs.WRSend, Flags: verbs.SendSignaled}}); err != nil {
+		if _, err := qp.PostSend([]verbs.SendWR{{WRID: 999, Opcode: verbs.WRSend, Flags: verbs.SendSignaled, XRCSRQN: 1}}); err != nil {
 			t.Skip("no room for the final WR:", err)
 		}
 		wcs := make([]verbs.WC, 64)

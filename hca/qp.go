@@ -175,12 +175,16 @@ func (f *Func) createQP(in ifc.In) ifc.Out {
 	if xrc && srqn != 0 {
 		return failOut(ifc.StatusBadParam, srqn, "an XRC QP on SRQ %#x", srqn)
 	}
+	dbSize := sq.DBRecSize
+	if flags&ifc.QPFlagDBHint != 0 {
+		dbSize = sq.DBRecHintSize
+	}
 	var sqBuf, rqBuf, db []byte
 	var err error
 	if tgt {
 		// A target has no send queue: an empty ring of the device's own,
 		// which no driver can post to.
-		logSQ, sqBuf, db = 0, make([]byte, sq.WQEBBSize), privateWords(sq.DBRecSize)
+		logSQ, sqBuf, db = 0, make([]byte, sq.WQEBBSize), privateWords(dbSize)
 	} else if sqBuf, err = f.contiguous(in.U64(ifc.QPInSQ), sq.WQEBBSize<<logSQ); err != nil {
 		return failOut(ifc.StatusBadParam, 0, "send queue: %v", err)
 	}
@@ -188,10 +192,6 @@ func (f *Func) createQP(in ifc.In) ifc.Out {
 		if rqBuf, err = f.contiguous(in.U64(ifc.QPInRQ), 1<<(logRQ+logStride)); err != nil {
 			return failOut(ifc.StatusBadParam, 0, "receive queue: %v", err)
 		}
-	}
-	dbSize := sq.DBRecSize
-	if flags&ifc.QPFlagDBHint != 0 {
-		dbSize = sq.DBRecHintSize
 	}
 	if !tgt {
 		db, err = f.contiguous(in.U64(ifc.QPInDBRec), dbSize)

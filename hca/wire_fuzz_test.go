@@ -64,6 +64,14 @@ func FuzzWirePackets(f *testing.F) {
 	f.Add(uint8(8|3), append(fuzzSeedPacket(roce.Packet{BTH: with(roce.UCBase|roce.OpWriteFirst, 0), RETH: roce.RETH{DMALen: 8192}}, make([]byte, 4096)),
 		fuzzSeedPacket(roce.Packet{BTH: with(roce.UCBase|roce.OpWriteLast, 3)}, make([]byte, 4096))...))
 	f.Add(uint8(8|3), fuzzSeedPacket(roce.Packet{BTH: with(roce.OpWriteOnly, 0), RETH: reth}, make([]byte, 8)))
+	// XRC (flag bit 4): requests to the target with the XRCETH naming its
+	// SRQ (1) or none, responses to the initiator, RC packets refused.
+	f.Add(uint8(16|3), fuzzSeedPacket(roce.Packet{BTH: with(roce.XRCBase|roce.OpSendOnly, 0), XRCETH: roce.XRCETH{XRCSRQ: 1}}, []byte("xrc send")))
+	f.Add(uint8(16|3), fuzzSeedPacket(roce.Packet{BTH: with(roce.XRCBase|roce.OpWriteOnly, 0), XRCETH: roce.XRCETH{XRCSRQ: 1}, RETH: reth}, make([]byte, 8)))
+	f.Add(uint8(16|3), fuzzSeedPacket(roce.Packet{BTH: with(roce.XRCBase|roce.OpSendOnly, 0), XRCETH: roce.XRCETH{XRCSRQ: 9}}, []byte("no such srq")))
+	f.Add(uint8(16|3), fuzzSeedPacket(roce.Packet{BTH: with(roce.XRCBase|roce.OpReadRequest, 0), XRCETH: roce.XRCETH{XRCSRQ: 1}, RETH: roce.RETH{DMALen: 3000}}, nil))
+	f.Add(uint8(16|3), fuzzSeedPacket(roce.Packet{BTH: with(roce.OpSendOnly, 0)}, []byte("rc to a target")))
+	f.Add(uint8(16), fuzzSeedPacket(roce.Packet{BTH: with(roce.XRCBase|roce.OpAcknowledge, 0), AETH: roce.AETH{Syndrome: roce.SyndromeACK}}, nil))
 	f.Add(uint8(0), []byte{0xFF, 0, 0})
 	f.Fuzz(func(t *testing.T, flags uint8, raw []byte) {
 		dev := hca.New(hca.Options{TimeScale: 1000})
@@ -93,19 +101,39 @@ func FuzzWirePackets(f *testing.F) {
 		require.NoError(t, err)
 		cq, _ := ctx.CreateCQ(256, nil)
 		typ := verbs.QPTypeRC
-		if flags&8 != 0 {
+		switch {
+		case flags&16 != 0:
+			typ = verbs.QPTypeXRCSend
+		case flags&8 != 0:
 			typ = verbs.QPTypeUC
 		}
 		qp, err := pd.CreateQP(&verbs.QPInitAttr{Type: typ, SendCQ: cq, RecvCQ: cq, Cap: verbs.QPCap{MaxSendWR: 16, MaxRecvWR: 16, MaxSendSGE: 1, MaxRecvSGE: 1}})
 		require.NoError(t, err)
 		remote := verbs.QPInfo{GID: hca.GIDOf(fuzzHosts[1].Addr()), QPN: 0x77, PSN: 0}
-		require.NoError(t, qp.Connect(remote, &verbs.ConnectOptions{Timeout: 1, RetryCnt: 1, RNRRetry: 1, MinRNRTimer: 1}))
-		_, err = qp.PostRecv([]verbs.RecvWR{{WRID: 1, SG: []verbs.SGE{mr.SGE(0, 4096)}}})
-		require.NoError(t, err)
+		opts := &verbs.ConnectOptions{Timeout: 1, RetryCnt: 1, RNRRetry: 1, MinRNRTimer: 1}
+		require.NoError(t, qp.Connect(remote, opts))
+		aim := qp.QPN()
+		if typ == verbs.QPTypeXRCSend {
+			// The packets go to an XRC target of a domain with one SRQ.
+			x, err := ctx.AllocXRCD()
+			require.NoError(t, err)
+			srq, err := pd.CreateSRQ(&verbs.SRQInitAttr{MaxWR: 16, MaxSGE: 1, XRCD: x, CQ: cq})
+			require.NoError(t, err)
+			_, err = srq.PostRecv([]verbs.RecvWR{{WRID: 1, SG: []verbs.SGE{mr.SGE(0, 4096)}}})
+			require.NoError(t, err)
+			tgt, err := x.CreateTarget()
+			require.NoError(t, err)
+			require.NoError(t, tgt.Connect(remote, opts))
+			aim = tgt.QPN()
+		} else {
+			_, err = qp.PostRecv([]verbs.RecvWR{{WRID: 1, SG: []verbs.SGE{mr.SGE(0, 4096)}}})
+			require.NoError(t, err)
+		}
 		// raw holds packets one after the other: a 16-bit length, then
-		// the packet. flags: bit 0 aims them at the QP, bit 1 points a
-		// RETH or AtomicETH at the MR, bit 2 leaves the ICRC bad, bit 3
-		// makes the QP UC.
+		// the packet. flags: bit 0 aims them at the QP (an XRC target),
+		// bit 1 points a RETH or AtomicETH at the MR, bit 2 leaves the
+		// ICRC bad, bit 3 makes the QP UC, bit 4 an XRC initiator with a
+		// target beside it.
 		to := net.UDPAddrFromAddrPort(fuzzHosts[0])
 		for n := 0; len(raw) > 0 && n < 64; n++ {
 			k := len(raw)
@@ -118,12 +146,16 @@ func FuzzWirePackets(f *testing.F) {
 			raw = raw[min(k, len(raw)):]
 			if len(pkt) >= roce.BTHSize {
 				if flags&1 != 0 {
-					pkt[5], pkt[6], pkt[7] = byte(qp.QPN()>>16), byte(qp.QPN()>>8), byte(qp.QPN())
+					pkt[5], pkt[6], pkt[7] = byte(aim>>16), byte(aim>>8), byte(aim)
 				}
 				op := roce.Opcode(pkt[0])
-				if flags&2 != 0 && op.IsValid() && len(pkt) >= roce.BTHSize+16 && (op.Ext()&(roce.ExtRETH|roce.ExtAtomicETH)) != 0 {
-					binary.BigEndian.PutUint64(pkt[12:], mr.Addr+uint64(pkt[12]&0x3F)*8)
-					binary.BigEndian.PutUint32(pkt[20:], mr.RKey)
+				at := roce.BTHSize // the RETH or AtomicETH, after an XRCETH
+				if op.IsValid() && op.Ext()&roce.ExtXRCETH != 0 {
+					at += roce.XRCETHSize
+				}
+				if flags&2 != 0 && op.IsValid() && len(pkt) >= at+16 && (op.Ext()&(roce.ExtRETH|roce.ExtAtomicETH)) != 0 {
+					binary.BigEndian.PutUint64(pkt[at:], mr.Addr+uint64(pkt[at]&0x3F)*8)
+					binary.BigEndian.PutUint32(pkt[at+8:], mr.RKey)
 				}
 			}
 			crc, err := roce.DatagramICRC(fuzzHosts[1], fuzzHosts[0], pkt)
@@ -137,7 +169,7 @@ func FuzzWirePackets(f *testing.F) {
 			peer.WriteToUDP(pkt, to)
 		}
 		if _, err := qp.PostSend([]verbs.SendWR{{WRID: 999, Opcode: verbs.WRRDMAWrite, Flags: verbs.SendSignaled,
-			SG: []verbs.SGE{srcMR.SGE(0, 64)}, RemoteAddr: 0x1000, RKey: 0x1234}}); err != nil {
+			SG: []verbs.SGE{srcMR.SGE(0, 64)}, RemoteAddr: 0x1000, RKey: 0x1234, XRCSRQN: 1}}); err != nil {
 			return // the QP went to error: posting is refused, as it should be
 		}
 		// Every packet the device sends is well formed, until the WRITE
