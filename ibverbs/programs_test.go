@@ -113,7 +113,8 @@ func TestRCPingpong(t *testing.T) {
 	lib := frontendtest.Lib(t)
 	pp := frontendtest.Need(t, "ibv_rc_pingpong", "ibverbs-utils")
 	sock := frontendtest.Daemon(t)
-	for _, opts := range [][]string{nil, {"-e"}, {"-N"}, {"-c"}, {"-s", "65536"}, {"-e", "-N", "-c", "-s", "8192"}} {
+	// -g 1: the RoCE v2 entry of the link-local GID (the last -g counts).
+	for _, opts := range [][]string{nil, {"-e"}, {"-N"}, {"-c"}, {"-s", "65536"}, {"-e", "-N", "-c", "-s", "8192"}, {"-g", "1"}} {
 		t.Run(strings.Join(append([]string{"opts"}, opts...), " "), func(t *testing.T) {
 			args := append([]string{pp, "-d", "hcasim0", "-g", "3", "-n", "200"}, opts...)
 			so, co := frontendtest.Pair(t, 60*time.Second, lib, sock, args, args)
