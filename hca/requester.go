@@ -206,6 +206,16 @@ func (qp *QP) poll(s *reqState) bool {
 	}
 }
 
+// settle runs the send engine once on the caller's goroutine, after any
+// step in progress: the WQEs posted before are fetched and executed.
+func (qp *QP) settle() {
+	qp.reqMu.Lock()
+	defer qp.reqMu.Unlock()
+	if !qp.reqDone {
+		qp.stepOut(&qp.req)
+	}
+}
+
 // stepOut runs a step and hands its requests to the peer.
 func (qp *QP) stepOut(s *reqState) {
 	s.seenPI = qp.sqr.Producer()
