@@ -114,7 +114,7 @@ func TestDevinfoInProcess(t *testing.T) {
 	for k, v := range map[string]string{
 		"max_qp": "32", "max_cq": "64", "max_pd": "16", "max_qp_wr": "1024", "max_cqe": "4095", "max_mr_size": "0x10000000",
 		"max_res_rd_atom": "512", "max_sge": "30", "max_mr": "1048576", "page_size_cap": "0x7ffff000",
-		"device_cap_flags": "0x01021c20 CHANGE_PHY_PORT PORT_ACTIVE_EVENT SYS_IMAGE_GUID RC_RNR_NAK_GEN MEM_WINDOW MEM_WINDOW_TYPE_2B",
+		"device_cap_flags": "0x01121c20 CHANGE_PHY_PORT PORT_ACTIVE_EVENT SYS_IMAGE_GUID RC_RNR_NAK_GEN MEM_WINDOW XRC MEM_WINDOW_TYPE_2B",
 		"max_mw":           "1048576",
 		"port 1/GID[  0]":  "fe80:0000:0000:0000:0002:c903:0000:0101, RoCE v1",
 		"port 1/GID[  1]":  "fe80::2:c903:0:101, RoCE v2",
