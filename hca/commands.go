@@ -134,42 +134,70 @@ func (f *Func) queryCap() ifc.Out {
 func (f *Func) allocPD() ifc.Out {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if uint32(len(f.pds)) >= f.dev.caps.MaxPD {
-		return failOut(ifc.StatusExceedLim, 0, "%d PDs", len(f.pds))
-	}
-	for f.pds[f.nextPD] != 0 || f.nextPD == 0 {
-		f.nextPD = (f.nextPD + 1) & 0xFFFFFF
-	}
-	pd := f.nextPD
-	f.pds[pd] = 1 // the count starts at 1: the PD itself
-	f.nextPD = (f.nextPD + 1) & 0xFFFFFF
-	o := ifc.In(okOut(ifc.PDOff + 4))
-	o.Put32(ifc.PDOff, pd)
-	return ifc.Out(o)
+	return f.pds.alloc(f.dev.caps.MaxPD, ifc.PDOff)
 }
 
 func (f *Func) deallocPD(pd uint32) ifc.Out {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	switch n := f.pds[pd]; {
-	case n == 0:
-		return failOut(ifc.StatusBadResource, pd, "no PD %#x", pd)
-	case n > 1:
-		return failOut(ifc.StatusResBusy, pd, "PD %#x has %d objects", pd, n-1)
-	}
-	delete(f.pds, pd)
-	return okOut(0)
+	return f.pds.free(pd)
 }
 
 // pdRef takes (+1) or drops (-1) a reference on pd; it fails if pd does
 // not exist. Called with f.mu held.
-func (f *Func) pdRef(pd uint32, d int) bool {
-	if f.pds[pd] == 0 {
+func (f *Func) pdRef(pd uint32, d int) bool { return f.pds.ref(pd, d) }
+
+// domains is a table of counted objects numbered from 1 (PDs, XRC
+// domains): each counts the objects using it, itself included. Its users
+// hold the function's mu.
+type domains struct {
+	what string
+	n    map[uint32]int
+	next uint32
+}
+
+func newDomains(what string) domains { return domains{what: what, n: map[uint32]int{}, next: 1} }
+
+// alloc numbers a new object, at most max of them, and answers with its
+// number at off.
+func (t *domains) alloc(max uint32, off int) ifc.Out {
+	if uint32(len(t.n)) >= max {
+		return failOut(ifc.StatusExceedLim, 0, "%d %ss", len(t.n), t.what)
+	}
+	for t.n[t.next] != 0 || t.next == 0 {
+		t.next = (t.next + 1) & 0xFFFFFF
+	}
+	x := t.next
+	t.n[x] = 1
+	t.next = (t.next + 1) & 0xFFFFFF
+	o := ifc.In(okOut(off + 4))
+	o.Put32(off, x)
+	return ifc.Out(o)
+}
+
+// free releases x unless objects still use it (RESOURCE_BUSY).
+func (t *domains) free(x uint32) ifc.Out {
+	switch n := t.n[x]; {
+	case n == 0:
+		return failOut(ifc.StatusBadResource, x, "no %s %#x", t.what, x)
+	case n > 1:
+		return failOut(ifc.StatusResBusy, x, "%s %#x has %d objects", t.what, x, n-1)
+	}
+	delete(t.n, x)
+	return okOut(0)
+}
+
+// ref adds d to x's count, if x exists.
+func (t *domains) ref(x uint32, d int) bool {
+	if t.n[x] == 0 {
 		return false
 	}
-	f.pds[pd] += d
+	t.n[x] += d
 	return true
 }
+
+// has reports whether x exists.
+func (t *domains) has(x uint32) bool { return t.n[x] != 0 }
 
 // An mkey holds a reference on its PD: CREATE_MKEY takes it, DESTROY_MKEY
 // drops the one of the PD the key is in then (a UMR that moves the key to

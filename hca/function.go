@@ -20,10 +20,8 @@ type Func struct {
 
 	mu       sync.Mutex
 	closed   bool
-	pds      map[uint32]int // PD → objects using it
-	nextPD   uint32
-	xrcds    map[uint32]int // XRC domain → objects using it (as pds)
-	nextXRCD uint32
+	pds      domains // PDs
+	xrcds    domains // XRC domains
 	cqs      map[uint32]*CQ
 	nextCQN  uint32
 	qps      map[uint32]*QP
@@ -53,11 +51,9 @@ func newFunc(d *Device) *Func {
 		dev:      d,
 		mem:      mem,
 		mkeys:    klm.NewTable(d.caps.Mkey, mem),
-		pds:      map[uint32]int{},
+		pds:      newDomains("PD"),
+		xrcds:    newDomains("XRC domain"),
 		mkeyCost: map[uint32]uint64{},
-		nextPD:   1,
-		xrcds:    map[uint32]int{},
-		nextXRCD: 1,
 		cqs:      map[uint32]*CQ{},
 		nextCQN:  1,
 		qps:      map[uint32]*QP{},

@@ -219,7 +219,7 @@ func (f *Func) createQP(in ifc.In) ifc.Out {
 	switch {
 	case uint32(len(f.qps)) >= c.MaxQP:
 		return failOut(ifc.StatusExceedLim, 0, "%d QPs", len(f.qps))
-	case tgt && f.xrcds[xrcd] == 0:
+	case tgt && !f.xrcds.has(xrcd):
 		return failOut(ifc.StatusBadResource, xrcd, "no XRC domain %#x", xrcd)
 	case !tgt && (scq == nil || rcq == nil && !xrc):
 		return failOut(ifc.StatusBadResource, 0, "no CQ %#x or %#x", scqn, rcqn)

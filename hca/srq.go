@@ -109,7 +109,7 @@ func (f *Func) createSRQ(in ifc.In) ifc.Out {
 	switch {
 	case uint32(len(f.srqs)) >= c.MaxQP:
 		return failOut(ifc.StatusExceedLim, 0, "%d SRQs", len(f.srqs))
-	case xrcd != 0 && f.xrcds[xrcd] == 0:
+	case xrcd != 0 && !f.xrcds.has(xrcd):
 		return failOut(ifc.StatusBadResource, xrcd, "no XRC domain %#x", xrcd)
 	case xrcd != 0 && xcq == nil:
 		return failOut(ifc.StatusBadResource, cqn, "no CQ %#x", cqn)
@@ -201,41 +201,17 @@ func (f *Func) querySRQ(srqn uint32) ifc.Out {
 func (f *Func) allocXRCD() ifc.Out {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if uint32(len(f.xrcds)) >= f.dev.caps.MaxPD {
-		return failOut(ifc.StatusExceedLim, 0, "%d XRC domains", len(f.xrcds))
-	}
-	for f.xrcds[f.nextXRCD] != 0 || f.nextXRCD == 0 {
-		f.nextXRCD = (f.nextXRCD + 1) & 0xFFFFFF
-	}
-	x := f.nextXRCD
-	f.xrcds[x] = 1
-	f.nextXRCD = (f.nextXRCD + 1) & 0xFFFFFF
-	o := ifc.In(okOut(ifc.XRCDOff + 4))
-	o.Put32(ifc.XRCDOff, x)
-	return ifc.Out(o)
+	return f.xrcds.alloc(f.dev.caps.MaxPD, ifc.XRCDOff)
 }
 
 func (f *Func) deallocXRCD(x uint32) ifc.Out {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	switch n := f.xrcds[x]; {
-	case n == 0:
-		return failOut(ifc.StatusBadResource, x, "no XRC domain %#x", x)
-	case n > 1:
-		return failOut(ifc.StatusResBusy, x, "XRC domain %#x has %d objects", x, n-1)
-	}
-	delete(f.xrcds, x)
-	return okOut(0)
+	return f.xrcds.free(x)
 }
 
 // xrcdRef adds d to domain x's count, if x exists (under mu).
-func (f *Func) xrcdRef(x uint32, d int) bool {
-	if f.xrcds[x] == 0 {
-		return false
-	}
-	f.xrcds[x] += d
-	return true
-}
+func (f *Func) xrcdRef(x uint32, d int) bool { return f.xrcds.ref(x, d) }
 
 // xrcSRQ returns the XRC SRQ srqn if it is of XRC domain x.
 func (f *Func) xrcSRQ(srqn, x uint32) *SRQ {
