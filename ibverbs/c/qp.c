@@ -258,7 +258,10 @@ struct ibv_qp *hc_create_qp(struct ibv_context *c, struct ibv_qp_init_attr_ex *a
 	qp->srq = a->srq ? hc_srq(a->srq) : NULL;
 	qp->sig_all = a->sq_sig_all;
 	/* What the QP can take, as mlx5 reports it: at least what was asked. */
-	int sendsge = (bb * HC_WQEBB - (ud ? SEG + HC_DATAGRAM_SEG : xrc ? 3 * SEG : 2 * SEG)) / SEG;
+	/* The bytes before the data: control, then the datagram segment (UD),
+	 * the XRC segment (XRC) and a remote address. */
+	int hdr = ud ? SEG + HC_DATAGRAM_SEG : xrc ? 3 * SEG : 2 * SEG;
+	int sendsge = (bb * HC_WQEBB - hdr) / SEG;
 	qp->cap.max_send_wr = (uint32_t)(n / (size_t)bb);
 	qp->cap.max_recv_wr = 1u << rq_log;
 	qp->cap.max_send_sge = (uint32_t)(sendsge < k->max_sge ? sendsge : k->max_sge);
@@ -267,8 +270,7 @@ struct ibv_qp *hc_create_qp(struct ibv_context *c, struct ibv_qp_init_attr_ex *a
 		qp->cap.max_recv_sge = k->max_sge;
 	if (a->srq || xrc)
 		qp->cap.max_recv_wr = qp->cap.max_recv_sge = 0;
-	uint32_t inl =
-		(uint32_t)(bb * HC_WQEBB - (dv && dv->overhead ? overhead : ud ? overhead : xrc ? 3 * SEG : 2 * SEG) - 4);
+	uint32_t inl = (uint32_t)(bb * HC_WQEBB - (dv && dv->overhead ? (int)overhead : hdr) - 4);
 	qp->cap.max_inline_data = inl < k->max_inline ? inl : k->max_inline;
 	a->cap = qp->cap;
 	struct ibv_qp *q = &qp->qpx.qp_base;
