@@ -37,6 +37,7 @@ func (f *Func) Command(inb []byte) (out []byte) {
 		ifc.CmdCreateCQ: ifc.CQInSize, ifc.CmdDestroyCQ: ifc.CQNOff + 4, ifc.CmdCreateQP: ifc.QPInSize, ifc.CmdDestroyQP: ifc.QPNOff + 4,
 		ifc.CmdQueryQP: ifc.QPNOff + 4, ifc.CmdCreatePSV: ifc.PSVInPDNum + 4, ifc.CmdDestroyPSV: ifc.PSVIdxOff + 4,
 		ifc.CmdModifyCQ: ifc.CQResizeSize, ifc.CmdCreateSRQ: ifc.SRQInSize, ifc.CmdDestroySRQ: ifc.SRQNOff + 4, ifc.CmdQuerySRQ: ifc.SRQNOff + 4, ifc.CmdArmRQ: ifc.SRQArmSize,
+		ifc.CmdCreateFlow: ifc.FlowInSpecs, ifc.CmdDestroyFlow: ifc.FlowOff + 4,
 	}
 	op := in.Opcode()
 	if isModify(op) {
@@ -93,6 +94,10 @@ func (f *Func) Command(inb []byte) (out []byte) {
 		return f.querySRQ(in.U32(ifc.SRQNOff) & 0xFFFFFF)
 	case ifc.CmdArmRQ:
 		return f.armSRQ(in)
+	case ifc.CmdCreateFlow:
+		return f.createFlow(in)
+	case ifc.CmdDestroyFlow:
+		return f.destroyFlow(in.U32(ifc.FlowOff))
 	}
 	if isModify(op) {
 		return f.modifyQP(op, in)

@@ -83,6 +83,7 @@ type Device struct {
 	caps   ifc.Caps
 	log    *slog.Logger
 	fabric *Fabric
+	flows  flowTable // the flow rules of raw packet QPs (flow.go)
 	lid    uint16
 	anySrc bool // Options.RCSourceHardware
 	scale  float64

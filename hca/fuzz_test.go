@@ -69,6 +69,15 @@ func FuzzWQE(f *testing.F) {
 	sq.XRCSeg(xs[sq.CtrlSegSize:]).Encode(1)
 	f.Add(xs, uint8(0x80|1))
 	f.Add(wr, uint8(0x80|2))
+	// On a raw packet QP (copies bit 6): a frame with an 18-byte inline
+	// header and one SGE, and the RDMA WRITE (its raddr read as the
+	// Ethernet segment).
+	rs := make([]byte, 64)
+	sq.CtrlSeg(rs).Encode(&sq.CtrlFields{Opcode: sq.OpSend, DS: 4, CE: sq.CECQUpdate})
+	sq.EthSeg(rs[sq.CtrlSegSize:]).Encode(make([]byte, 18), 0)
+	sq.DataSeg(rs[sq.CtrlSegSize+32:]).Encode(&sq.DataFields{ByteCount: 64, LKey: 0x100, Addr: 0x10000})
+	f.Add(rs, uint8(0x40|1))
+	f.Add(wr, uint8(0x40|2))
 	f.Fuzz(func(t *testing.T, raw []byte, copies uint8) {
 		if len(raw) > sq.MaxWQEBBs*sq.WQEBBSize {
 			raw = raw[:sq.MaxWQEBBs*sq.WQEBBSize]
@@ -82,8 +91,11 @@ func FuzzWQE(f *testing.F) {
 		cq, err := ctx.CreateCQ(1024, nil)
 		require.NoError(t, err)
 		typ := verbs.QPTypeRC
-		if copies&0x80 != 0 {
+		switch {
+		case copies&0x80 != 0:
 			typ = verbs.QPTypeXRCSend
+		case copies&0x40 != 0:
+			typ = verbs.QPTypeRaw // its frames loop back to it through a sniffer
 		}
 		qp, err := pd.CreateQP(&verbs.QPInitAttr{Type: typ, SendCQ: cq, RecvCQ: cq, Cap: verbs.QPCap{MaxSendWR: 64, MaxRecvWR: 4, MaxSendSGE: 2, MaxRecvSGE: 2}})
 		require.NoError(t, err)
@@ -106,6 +118,10 @@ func FuzzWQE(f *testing.F) {
 			require.NoError(t, qp.Connect(tgt.Info(), opts))
 		} else {
 			require.NoError(t, qp.Connect(qp.Info(), opts))
+		}
+		if typ == verbs.QPTypeRaw {
+			_, err := qp.CreateFlow(&verbs.FlowAttr{Kind: verbs.FlowSniffer})
+			require.NoError(t, err)
 		}
 		posted := 0
 		for range max(int(copies%8), 1) {
@@ -136,6 +152,74 @@ func FuzzWQE(f *testing.F) {
 				t.Fatalf("the final WR did not complete; QP state %v", qp.State())
 			}
 			time.Sleep(50 * time.Microsecond)
+		}
+	})
+}
+
+// FuzzFlow: any CREATE_FLOW specs on a raw packet QP, then any frame sent
+// from another: the command answers with a status (never INT_ERR), the
+// send completes, and a frame a sniffer or a matching rule takes arrives
+// whole.
+func FuzzFlow(f *testing.F) {
+	eth := make([]byte, 4+32)
+	binary.BigEndian.PutUint16(eth, ifc.FlowSpecEth)
+	binary.BigEndian.PutUint16(eth[2:], 36)
+	copy(eth[4:], []byte{1, 0x50, 0x56, 0x19, 0x20, 0xa7})
+	copy(eth[4+16:], []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff})
+	frame := append([]byte{1, 0x50, 0x56, 0x19, 0x20, 0xa7, 2, 2, 2, 2, 2, 2, 0x08, 0x00, 0x45, 0, 0, 28, 0, 0, 0x40, 0, 64, 17, 0, 0,
+		1, 1, 1, 1, 2, 2, 2, 2, 0x04, 0xd2, 0x16, 0x2e, 0, 8, 0, 0}, make([]byte, 20)...)
+	f.Add(eth, uint8(ifc.FlowNormal), uint8(1), frame)
+	f.Add([]byte{}, uint8(ifc.FlowSniffer), uint8(0), frame)
+	f.Add([]byte{0x10, 0x01, 0, 4}, uint8(ifc.FlowNormal), uint8(1), frame[:14])
+	f.Add([]byte{0, 0x40, 0, 12, 0, 0, 0, 0, 0, 0, 0, 0}, uint8(ifc.FlowAllDef), uint8(1), []byte{0x81, 0})
+	f.Fuzz(func(t *testing.T, specs []byte, kind, n uint8, frame []byte) {
+		if len(specs) > 4096 || len(frame) > 8192 {
+			return
+		}
+		dev := hca.New(hca.Options{})
+		defer dev.Close()
+		ctx, err := verbs.Open(dev)
+		require.NoError(t, err)
+		defer ctx.Close()
+		pd, _ := ctx.AllocPD()
+		cq, err := ctx.CreateCQ(64, nil)
+		require.NoError(t, err)
+		var qps [2]*verbs.QP
+		for i := range qps {
+			qps[i], err = pd.CreateQP(&verbs.QPInitAttr{Type: verbs.QPTypeRaw, SendCQ: cq, RecvCQ: cq, Cap: verbs.QPCap{MaxSendWR: 4, MaxRecvWR: 4, MaxSendSGE: 1, MaxRecvSGE: 1}})
+			require.NoError(t, err)
+			require.NoError(t, qps[i].Connect(qps[i].Info(), nil))
+		}
+		in := ifc.NewIn(ifc.CmdCreateFlow, ifc.FlowInSpecs+len(specs)).Put32(ifc.FlowInQPN, qps[1].QPN()).Put8(ifc.FlowInKind, kind).Put8(ifc.FlowInNumSpecs, n)
+		copy(in[ifc.FlowInSpecs:], specs)
+		out := ifc.Out(ctx.Function().Command(in))
+		require.NotEqual(t, ifc.StatusIntErr, out.Status(), "internal error: %s", out[8:])
+		buf, err := ctx.Alloc(16384)
+		require.NoError(t, err)
+		mr, err := pd.RegMR(buf, verbs.AccessLocalWrite)
+		require.NoError(t, err)
+		_, err = qps[1].PostRecv([]verbs.RecvWR{{WRID: 2, SG: []verbs.SGE{mr.SGE(8192, 8192)}}})
+		require.NoError(t, err)
+		copy(buf, frame)
+		_, err = qps[0].PostSend([]verbs.SendWR{{WRID: 1, Opcode: verbs.WRSend, Flags: verbs.SendSignaled, SG: []verbs.SGE{mr.SGE(0, len(frame))}}})
+		require.NoError(t, err)
+		wcs := make([]verbs.WC, 4)
+		deadline := time.Now().Add(10 * time.Second)
+		// A sniffer takes every frame the device sends (a whole header).
+		mustRecv := out.Status() == ifc.StatusOK && kind == ifc.FlowSniffer && len(frame) >= 14
+		sent, got := false, false
+		for !sent || mustRecv && !got {
+			k, _ := cq.Poll(wcs)
+			for _, wc := range wcs[:k] {
+				if wc.WRID == 2 {
+					require.Equal(t, uint32(len(frame)), wc.ByteLen)
+					require.Equal(t, frame, buf[8192:8192+len(frame)])
+					got = true
+				}
+				sent = sent || wc.WRID == 1
+			}
+			require.False(t, time.Now().After(deadline), "the send (or the sniffer's receive) did not complete")
+			time.Sleep(10 * time.Microsecond)
 		}
 	})
 }

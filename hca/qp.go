@@ -51,6 +51,10 @@ type QP struct {
 	integrity bool
 	uc        bool // an unreliable connected QP (QPTypeUC)
 	ud        bool // an unreliable datagram QP (QPTypeUD, ud.go)
+	raw       bool // a raw packet QP (QPTypeRaw, raw.go)
+	// flows counts the flow rules attached to a raw QP (flow.go): while
+	// there are any, DESTROY_QP is refused, as the kernel's EBUSY.
+	flows atomic.Int32
 	// xrc: an XRC QP (QPTypeXRC), an initiator (a send queue whose WQEs
 	// name the remote XRC SRQ) or, with tgt, a target of XRC domain xrcd
 	// (xrc.go).
@@ -162,7 +166,7 @@ func (f *Func) createQP(in ifc.In) ifc.Out {
 	}
 	flags := in.U32(ifc.QPInFlags)
 	qpType := in.U8(ifc.QPInType)
-	if qpType != ifc.QPTypeRC && qpType != ifc.QPTypeUC && qpType != ifc.QPTypeUD && qpType != ifc.QPTypeXRC {
+	if qpType > ifc.QPTypeRaw {
 		return failOut(ifc.StatusBadParam, uint32(qpType), "QP type %d", qpType)
 	}
 	xrc := qpType == ifc.QPTypeXRC
@@ -172,8 +176,8 @@ func (f *Func) createQP(in ifc.In) ifc.Out {
 	}
 	tgt := xrcd != 0
 	srqn := in.U32(ifc.QPInSRQN) & 0xFFFFFF
-	if xrc && srqn != 0 {
-		return failOut(ifc.StatusBadParam, srqn, "an XRC QP on SRQ %#x", srqn)
+	if (xrc || qpType == ifc.QPTypeRaw) && srqn != 0 {
+		return failOut(ifc.StatusBadParam, srqn, "an XRC or raw packet QP on SRQ %#x", srqn)
 	}
 	dbSize := sq.DBRecSize
 	if flags&ifc.QPFlagDBHint != 0 {
@@ -207,7 +211,7 @@ func (f *Func) createQP(in ifc.In) ifc.Out {
 	if xrc {
 		rqDB = privateWords(4) // no receive queue: a receive counter that stays 0
 	}
-	if flags&ifc.QPFlagIntegr != 0 && (!c.SignatureHandover || qpType == ifc.QPTypeUD || xrc) {
+	if flags&ifc.QPFlagIntegr != 0 && (!c.SignatureHandover || qpType == ifc.QPTypeUD || qpType == ifc.QPTypeRaw || xrc) {
 		return failOut(ifc.StatusBadParam, 0, "integrity not supported")
 	}
 	pd, scqn, rcqn := in.U32(ifc.QPInPD)&0xFFFFFF, in.U32(ifc.QPInSendCQ)&0xFFFFFF, in.U32(ifc.QPInRecvCQ)&0xFFFFFF
@@ -238,7 +242,7 @@ func (f *Func) createQP(in ifc.In) ifc.Out {
 		rcq = nil // an initiator receives nothing
 	}
 	qp := &QP{
-		fn: f, dev: f.dev, pd: pd, scq: scq, rcq: rcq, srq: srq, integrity: flags&ifc.QPFlagIntegr != 0, uc: qpType == ifc.QPTypeUC, ud: qpType == ifc.QPTypeUD, drainSig: flags&ifc.QPFlagDrainSigErr != 0,
+		fn: f, dev: f.dev, pd: pd, scq: scq, rcq: rcq, srq: srq, integrity: flags&ifc.QPFlagIntegr != 0, uc: qpType == ifc.QPTypeUC, ud: qpType == ifc.QPTypeUD, raw: qpType == ifc.QPTypeRaw, drainSig: flags&ifc.QPFlagDrainSigErr != 0,
 		xrc: xrc, tgt: tgt, xrcd: xrcd,
 		sqr: sqr, rqBuf: rqBuf, rqDB: rqDB, rqLog: logRQ, rqStride: logStride,
 		bell: make(chan struct{}, 1), rbell: make(chan struct{}, 1),
@@ -280,6 +284,9 @@ func (f *Func) destroyQP(qpn uint32) ifc.Out {
 	if qp == nil {
 		return failOut(ifc.StatusBadResource, qpn, "no QP %#x", qpn)
 	}
+	if n := qp.flows.Load(); n > 0 {
+		return failOut(ifc.StatusResBusy, qpn, "QP %#x has %d flows", qpn, n)
+	}
 	qp.destroy()
 	return okOut(0)
 }
@@ -306,6 +313,9 @@ func (qp *QP) destroy() {
 	qp.state = ifc.StateERR
 	qp.publish()
 	qp.mu.Unlock()
+	if qp.raw {
+		qp.dev.flows.dropFlows(qp) // a function closing: no frame reaches the QP again
+	}
 	close(qp.stop)
 	_ = qp.engines.Wait() // the engines return no error
 	qp.dev.freeQPN(qp.qpn)

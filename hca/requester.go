@@ -383,6 +383,10 @@ func (qp *QP) execute(s *reqState, a *qpAttr, p *pending, w []byte, f *sq.CtrlFi
 		qp.executeUD(s, a, p, w, f)
 		return
 	}
+	if qp.raw {
+		qp.executeRaw(s, p, w, f)
+		return
+	}
 	segs := w[sq.CtrlSegSize:]
 	var req *request
 	var synd cq.Syndrome

@@ -158,6 +158,11 @@ func (qp *QP) serveInbox(s *respState) {
 // The caller holds respMu.
 func (qp *QP) serveBatch(s *respState, reqs []*request) {
 	for i, r := range reqs {
+		if r.raw {
+			qp.serveRaw(s, r)
+			r.release()
+			continue
+		}
 		if r.ud {
 			qp.serveUD(s, r)
 			r.release()

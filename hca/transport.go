@@ -99,6 +99,7 @@ type request struct {
 	// its GRH; udBuf holds the copy of its payload a UD send takes, kept
 	// across recycling.
 	ud              bool
+	raw             bool // a raw Ethernet frame (raw.go), in udBuf
 	udSrcQP, udQKey uint32
 	udSGID, udDGID  [16]byte
 	udTClass, udHop uint8

@@ -675,7 +675,7 @@ func (w *wire) deliver(from netip.AddrPort, buf *packetBuf, n int) bool {
 		// A request to a target, a response to an initiator: as the RC
 		// opcode it mirrors (the XRCETH stays in p).
 		p.Opcode &^= roce.XRCBase
-	case t != roce.TransportRC || qp.uc || qp.ud || qp.xrc:
+	case t != roce.TransportRC || qp.uc || qp.ud || qp.xrc || qp.raw:
 		c.rxDropped.Add(1) // a transport the QP does not have
 		return false
 	}

@@ -109,3 +109,29 @@ func FuzzXRCSeg(f *testing.F) {
 		require.Equal(t, make([]byte, XRCSegSize-4), out[4:], "reserved bytes")
 	})
 }
+
+// FuzzEthSeg: the Ethernet segment of a raw packet WQE decodes any bytes
+// to an inline header inside them, or refuses; what decodes encodes back
+// to the same header and size.
+func FuzzEthSeg(f *testing.F) {
+	f.Add(make([]byte, EthSegMin))
+	seed := make([]byte, 64)
+	EthSeg(seed).Encode([]byte("\x01\x50\x56\x19\x20\xa7\x24\x8a\x07\xa5\x28\xc8\x08\x00\x45\x00\x00\x54"), EthL3Csum)
+	f.Add(seed)
+	f.Add([]byte{12: 0xff, 13: 0xff, 15: 0})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		hdr, size, ok := EthSeg(b).Header()
+		if !ok {
+			return
+		}
+		require.LessOrEqual(t, size, len(b))
+		require.Zero(t, size%16, "whole 16-byte units")
+		require.LessOrEqual(t, EthInlineOff+len(hdr), size)
+		out := make([]byte, size)
+		require.Equal(t, size, EthSeg(out).Encode(hdr, EthSeg(b).CsumFlags()))
+		h2, s2, ok2 := EthSeg(out).Header()
+		require.True(t, ok2)
+		require.Equal(t, size, s2)
+		require.Equal(t, hdr, h2)
+	})
+}

@@ -268,3 +268,60 @@ func (x XRCSeg) Encode(srqn uint32) {
 	clear(x[:XRCSegSize])
 	binary.BigEndian.PutUint32(x, srqn&0xFFFFFF)
 }
+
+// EthSegMin is the size of the Ethernet segment of a raw packet QP's send
+// WQE (mlx5_wqe_eth_seg) without inline header bytes beyond its first two:
+// the checksum flags at byte 4, the TSO MSS (BE16) at 6, the inline header
+// size (BE16) at 12 and the inline header from byte 14. A longer inline
+// header runs on into the next 16-byte units: the segment takes
+// EthSegSize(n) bytes, 32 for the 18 bytes (an Ethernet header and a VLAN
+// tag) mlx5's provider copies when the device asks for L2 inline headers.
+const EthSegMin = 16
+
+// EthInlineOff is the offset of the inline header in the Ethernet segment.
+const EthInlineOff = 14
+
+// Checksum offload flags of the Ethernet segment (MLX5_ETH_WQE_L3_CSUM,
+// MLX5_ETH_WQE_L4_CSUM).
+const (
+	EthL3Csum = 0x40
+	EthL4Csum = 0x80
+)
+
+// EthSegSize returns the bytes an Ethernet segment with an inline header of
+// n bytes takes in a WQE: a whole number of 16-byte units, at least one.
+func EthSegSize(n int) int { return max(EthSegMin, (EthInlineOff+n+15)&^15) }
+
+// EthSeg is a view of the Ethernet segment and the units after it.
+type EthSeg []byte
+
+// Header returns the inline header and the bytes the segment takes; ok is
+// false when the segment does not fit in e.
+func (e EthSeg) Header() (hdr []byte, size int, ok bool) {
+	if len(e) < EthSegMin {
+		return nil, 0, false
+	}
+	n := int(binary.BigEndian.Uint16(e[12:]))
+	size = EthSegSize(n)
+	if size > len(e) {
+		return nil, 0, false
+	}
+	return e[EthInlineOff : EthInlineOff+n], size, true
+}
+
+// CsumFlags returns the checksum offload flags (EthL3Csum, EthL4Csum).
+func (e EthSeg) CsumFlags() uint8 { return e[4] }
+
+// MSS returns the TSO segment size (0: not a TSO WQE).
+func (e EthSeg) MSS() uint16 { return binary.BigEndian.Uint16(e[6:]) }
+
+// Encode writes a segment with inline header hdr and checksum flags cs; e
+// must hold EthSegSize(len(hdr)) bytes. It returns that size.
+func (e EthSeg) Encode(hdr []byte, cs uint8) int {
+	n := EthSegSize(len(hdr))
+	clear(e[:n])
+	e[4] = cs
+	binary.BigEndian.PutUint16(e[12:], uint16(len(hdr)))
+	copy(e[EthInlineOff:], hdr)
+	return n
+}

@@ -165,6 +165,7 @@ var groups = []group{
 	{"MW", mwScenarios},
 	{"UD", udScenarios},
 	{"XRC", xrcScenarios},
+	{"Raw", rawScenarios},
 }
 
 type suite struct {

@@ -37,6 +37,12 @@ const (
 	CmdDeallocPD   = 0x801
 	CmdAllocXRCD   = 0x80E // output: the XRC domain at 8 (XRCDOff)
 	CmdDeallocXRCD = 0x80F // input: the XRC domain at 8
+	// CmdCreateFlow attaches a steering rule to a raw packet QP (the
+	// model's layout, FlowIn*; mlx5's SET_FLOW_TABLE_ENTRY opcode);
+	// output: the flow at 8. CmdDestroyFlow takes it at 8 (mlx5's
+	// DELETE_FLOW_TABLE_ENTRY opcode).
+	CmdCreateFlow  = 0x936
+	CmdDestroyFlow = 0x938
 	// CmdQueryPortCounters reads the port's counters (PortCounters, in
 	// field order, BE64 each from byte 8): mlx5's QUERY_VPORT_COUNTER
 	// opcode with the model's own layout.

@@ -76,12 +76,17 @@ const (
 	// target (no send or receive queue, no CQs, no PD: it serves into the
 	// XRC SRQs of its domain), zero an initiator (a send queue and send CQ,
 	// no receive queue).
-	QPInXRCD     = 56
-	QPInSizeXRC  = 60
-	QPTypeRC     = 0 // reliable connected
-	QPTypeUC     = 1 // unreliable connected: no ACKs, a lost packet drops its message
-	QPTypeUD     = 2 // unreliable datagram: each send names its destination (mlx5 st UD)
-	QPTypeXRC    = 3 // extended reliable connected, initiator or target (mlx5 st XRC)
+	QPInXRCD    = 56
+	QPInSizeXRC = 60
+	QPTypeRC    = 0 // reliable connected
+	QPTypeUC    = 1 // unreliable connected: no ACKs, a lost packet drops its message
+	QPTypeUD    = 2 // unreliable datagram: each send names its destination (mlx5 st UD)
+	QPTypeXRC   = 3 // extended reliable connected, initiator or target (mlx5 st XRC)
+	// QPTypeRaw is a raw packet QP: its sends are Ethernet frames (an
+	// Ethernet segment after the control segment), its receives take the
+	// frames its flows steer to it (CmdCreateFlow). No SRQ, no PD checks
+	// beyond the lkeys of its own WQEs.
+	QPTypeRaw    = 4
 	QPFlagIntegr = 1
 	QPFlagDBHint = 2 // model extension: the send activity hint (sq.DBRecHintSize)
 	// QPFlagDrainSigErr is signature pipelining (mlx5's drain_sigerr QP
@@ -164,4 +169,39 @@ const (
 	PSVOutIdx  = 8
 	PSVOutSize = 24
 	PSVIdxOff  = 8
+
+	// CREATE_FLOW input: the raw packet QP at 8, the rule's kind at 12
+	// (FlowNormal …), the number of specs at 13, the priority (BE16, lower
+	// first) at 14, the flags at 16 (FlowDontTrap), then from 24 the
+	// specs, each a 4-byte header — BE16 type (verbs' enum ibv_flow_spec_type
+	// value), BE16 size of the whole spec — then the value and the mask,
+	// each half of the rest, in the byte order of the verbs filter (network
+	// order fields). Output: the flow at 8 (FlowOff), DESTROY_FLOW's input.
+	FlowInQPN      = 8
+	FlowInKind     = 12
+	FlowInNumSpecs = 13
+	FlowInPriority = 14
+	FlowInFlags    = 16
+	FlowInSpecs    = 24
+	FlowSpecHdr    = 4
+	FlowOff        = 8
+	// The kinds of rule (verbs' enum ibv_flow_attr_type): a normal rule
+	// matches its specs; an all-default rule takes what no normal rule
+	// took, a multicast-default one the multicast frames no normal rule
+	// took; a sniffer gets a copy of every frame.
+	FlowNormal    = 0
+	FlowAllDef    = 1
+	FlowMCDefault = 2
+	FlowSniffer   = 3
+	// FlowDontTrap (IBV_FLOW_ATTR_FLAGS_DONT_TRAP): a frame the rule takes
+	// goes on to the rules after it.
+	FlowDontTrap = 2
+	// The spec types the device matches (verbs' values).
+	FlowSpecEth     = 0x20
+	FlowSpecIPv4    = 0x30
+	FlowSpecIPv6    = 0x31
+	FlowSpecIPv4Ext = 0x32
+	FlowSpecTCP     = 0x40
+	FlowSpecUDP     = 0x41
+	FlowSpecDrop    = 0x1001 // an action: the frames the rule takes are dropped
 )

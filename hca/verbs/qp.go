@@ -65,6 +65,10 @@ const (
 	// no queues and no CQs; it serves each message into the XRC SRQ of its
 	// domain the message names, in that SRQ's PD, completing on its CQ.
 	QPTypeXRCRecv
+	// QPTypeRaw is a raw packet QP (IBV_QPT_RAW_PACKET): each SEND is an
+	// Ethernet frame (its SGEs hold the whole frame), and it receives the
+	// frames its flows (QP.CreateFlow) take, with no GRH.
+	QPTypeRaw
 )
 
 // String returns the type's verbs name.
@@ -80,6 +84,8 @@ func (t QPType) String() string {
 		return "XRC_SEND"
 	case QPTypeXRCRecv:
 		return "XRC_RECV"
+	case QPTypeRaw:
+		return "RAW_PACKET"
 	}
 	return fmt.Sprintf("QPType(%d)", uint8(t))
 }
@@ -312,8 +318,9 @@ func pow2(n int) uint8 {
 	return l
 }
 
-// CreateQP creates a QP (RC, UC, UD or an XRC initiator) in the RESET
-// state. An XRC initiator needs no RecvCQ and takes no SRQ.
+// CreateQP creates a QP (RC, UC, UD, raw packet or an XRC initiator) in
+// the RESET state. An XRC initiator needs no RecvCQ and takes no SRQ, nor
+// does a raw packet QP.
 func (pd *PD) CreateQP(a *QPInitAttr) (*QP, error) {
 	c := pd.ctx
 	cp := a.Cap
@@ -323,7 +330,7 @@ func (pd *PD) CreateQP(a *QPInitAttr) (*QP, error) {
 	}
 	if a.SendCQ == nil || a.RecvCQ == nil && !xrc || xrc && a.SRQ != nil || cp.MaxSendWR <= 0 || cp.MaxRecvWR <= 0 ||
 		cp.MaxSendSGE < 0 || cp.MaxRecvSGE <= 0 || cp.MaxSendSGE > int(c.caps.MaxSGE) || cp.MaxRecvSGE > int(c.caps.MaxSGE) ||
-		cp.MaxInline < 0 || cp.MaxInline > int(c.caps.MaxInline) || a.Type > QPTypeXRCSend {
+		cp.MaxInline < 0 || cp.MaxInline > int(c.caps.MaxInline) || a.Type > QPTypeRaw || a.Type == QPTypeXRCRecv || a.Type == QPTypeRaw && a.SRQ != nil {
 		return nil, fmt.Errorf("create qp %+v: %w", cp, ErrInvalid)
 	}
 	if cp.MaxSendSGE == 0 {
@@ -379,6 +386,9 @@ func (pd *PD) CreateQP(a *QPInitAttr) (*QP, error) {
 	}
 	if a.Type == QPTypeUC {
 		in.Put8(ifc.QPInType, ifc.QPTypeUC)
+	}
+	if a.Type == QPTypeRaw {
+		in.Put8(ifc.QPInType, ifc.QPTypeRaw)
 	}
 	if a.SRQ != nil {
 		in.Put32(ifc.QPInSRQN, a.SRQ.srqn)

@@ -54,6 +54,14 @@ func (qp *QP) postRDMA(wr *SendWR) error {
 			SGIDIndex: d.SGIDIndex, RGID: d.GID})
 		n += sq.DatagramSegSize
 	}
+	if qp.typ == QPTypeRaw {
+		// mlx5's raw packet WQE: the Ethernet segment, here with no
+		// inline header (the device asks for none), then the frame.
+		if wr.Opcode != WRSend {
+			return fmt.Errorf("raw packet post of opcode %d: %w", wr.Opcode, ErrBadOpcode)
+		}
+		n += sq.EthSeg(seg).Encode(nil, 0)
+	}
 	switch wr.Opcode {
 	case WRRDMAWrite, WRRDMAWriteWithImm, WRRDMARead, WRAtomicCmpSwp, WRAtomicFetchAdd:
 		sq.RaddrSeg(seg).Encode(&sq.RaddrFields{Addr: wr.RemoteAddr, RKey: wr.RKey})
