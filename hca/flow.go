@@ -173,14 +173,14 @@ func (r *flowRule) matches(v *frameView) bool {
 	return true
 }
 
-// deliver puts frame r into the inbox of every raw QP of d whose rule
-// takes it; it reports whether a rule took the frame.
-func (t *flowTable) deliver(d *Device, v *frameView, r *request) bool {
+// deliver puts frame r, sent by from, into the inbox of every raw QP of d
+// whose rule takes it; it reports whether a rule took the frame.
+func (t *flowTable) deliver(from *QP, d *Device, v *frameView, r *request) bool {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
 	var sent []*QP
 	put := func(fr *flowRule) {
-		if fr.drop || slices.Contains(sent, fr.qp) {
+		if fr.drop || slices.Contains(sent, fr.qp) || fr.qp.blockLB && fr.qp.fn == from.fn && v.multicast() {
 			return
 		}
 		sent = append(sent, fr.qp)

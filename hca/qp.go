@@ -52,6 +52,7 @@ type QP struct {
 	uc        bool // an unreliable connected QP (QPTypeUC)
 	ud        bool // an unreliable datagram QP (QPTypeUD, ud.go)
 	raw       bool // a raw packet QP (QPTypeRaw, raw.go)
+	blockLB   bool // QPFlagBlockMcastLB
 	// flows counts the flow rules attached to a raw QP (flow.go): while
 	// there are any, DESTROY_QP is refused, as the kernel's EBUSY.
 	flows atomic.Int32
@@ -242,7 +243,7 @@ func (f *Func) createQP(in ifc.In) ifc.Out {
 		rcq = nil // an initiator receives nothing
 	}
 	qp := &QP{
-		fn: f, dev: f.dev, pd: pd, scq: scq, rcq: rcq, srq: srq, integrity: flags&ifc.QPFlagIntegr != 0, uc: qpType == ifc.QPTypeUC, ud: qpType == ifc.QPTypeUD, raw: qpType == ifc.QPTypeRaw, drainSig: flags&ifc.QPFlagDrainSigErr != 0,
+		fn: f, dev: f.dev, pd: pd, scq: scq, rcq: rcq, srq: srq, integrity: flags&ifc.QPFlagIntegr != 0, uc: qpType == ifc.QPTypeUC, ud: qpType == ifc.QPTypeUD, raw: qpType == ifc.QPTypeRaw, blockLB: flags&ifc.QPFlagBlockMcastLB != 0, drainSig: flags&ifc.QPFlagDrainSigErr != 0,
 		xrc: xrc, tgt: tgt, xrcd: xrcd,
 		sqr: sqr, rqBuf: rqBuf, rqDB: rqDB, rqLog: logRQ, rqStride: logStride,
 		bell: make(chan struct{}, 1), rbell: make(chan struct{}, 1),

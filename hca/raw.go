@@ -69,16 +69,17 @@ func (qp *QP) executeRaw(s *reqState, p *pending, w []byte, f *sq.CtrlFields) {
 	copyFrom(r.udBuf[len(hdr):], src, 0)
 	r.raw, r.op, r.length = true, sq.OpSend, total
 	r.src = append(r.segArr[:0], r.udBuf)
-	qp.dev.fabric.sendRaw(qp.dev, r)
+	qp.dev.fabric.sendRaw(qp, r)
 	p.done, p.bytes = true, uint32(total)
 }
 
-// sendRaw hands frame r to the flow tables of from and of every other
-// device on the fabric, and drops what no flow takes.
-func (f *Fabric) sendRaw(from *Device, r *request) {
+// sendRaw hands frame r, sent by qp, to the flow tables of its device and
+// of every other device on the fabric, and drops what no flow takes.
+func (f *Fabric) sendRaw(qp *QP, r *request) {
 	defer r.release()
+	from := qp.dev
 	v := parseFrame(r.src[0])
-	took := from.flows.deliver(from, &v, r)
+	took := from.flows.deliver(qp, from, &v, r)
 	f.mu.Lock()
 	others := make([]*Device, 0, len(f.nodes))
 	for _, d := range f.nodes {
@@ -88,7 +89,7 @@ func (f *Fabric) sendRaw(from *Device, r *request) {
 	}
 	f.mu.Unlock()
 	for _, d := range others {
-		if d.flows.deliver(d, &v, r) {
+		if d.flows.deliver(qp, d, &v, r) {
 			took = true
 		}
 	}

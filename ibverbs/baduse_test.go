@@ -164,6 +164,17 @@ func TestUDVerbs(t *testing.T) {
 	runChecks(t, lib, frontendtest.Daemon(t), bin, 20)
 }
 
+// TestRawVerbs: raw packet QPs and flow steering through the front end
+// (c/test/raw.c) — the raw state machine, frames posted in SGEs (the
+// inline header split across them), inline and with ibv_wr_send, the
+// frames a flow takes and those it does not, EBUSY for a QP with a flow,
+// and the specs, opcodes and flags mlx5 refuses.
+func TestRawVerbs(t *testing.T) {
+	lib := frontendtest.Lib(t)
+	bin := buildC(t, filepath.Join("c", "test", "raw.c"), "-libverbs")
+	runChecks(t, lib, frontendtest.Daemon(t), bin, 30)
+}
+
 // TestMWVerbs: memory windows through the front end (c/test/mw.c) — type 1
 // and type 2 binds, access through a window's rkey within its range and
 // rights, unbinding, LOCAL_INV and SEND_WITH_INV of a type 2 window, the

@@ -95,6 +95,10 @@ const (
 	// before it and, if one of them met a signature error, the QP goes to
 	// SQD instead of running it.
 	QPFlagDrainSigErr = 4
+	// QPFlagBlockMcastLB is IBV_QP_CREATE_BLOCK_SELF_MCAST_LB on a raw
+	// packet QP: the multicast frames QPs of its own function send do not
+	// reach it (mlx5's self_lb_block on the QP's TIR).
+	QPFlagBlockMcastLB = 8
 	QPNOff            = 8 // CREATE_QP output; DESTROY_QP, modify and QUERY_QP input
 
 	// Modify QP input (RST2INIT … RTS2SQD): qpn at 8, opt_param_mask at

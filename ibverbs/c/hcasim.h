@@ -83,6 +83,14 @@ enum {
 	HC_QP_IN_XRC_SIZE = 60,
 	HC_SRQ_IN_XRC_SIZE = 48, /* CREATE_SRQ with the XRC domain at 40, the CQ at 44 */
 	HC_XRC_SEG = 16,	 /* an XRC initiator's WQE: mlx5_wqe_xrc_seg */
+	HC_QP_RAW = 4,		 /* CREATE_QP transport byte: raw packet */
+	/* A raw packet WQE's Ethernet segment (mlx5_wqe_eth_seg) with the
+	 * 18 bytes of L2 header mlx5's provider copies inline
+	 * (MLX5_ETH_L2_INLINE_HEADER_SIZE): 32 bytes. */
+	HC_ETH_SEG = 32,
+	HC_ETH_INLINE = 18,
+	HC_CMD_CREATE_FLOW = 0x936, /* the model's flow rule (docs/DEVICE.md "Raw packet QPs") */
+	HC_CMD_DESTROY_FLOW = 0x938,
 
 	HC_CAP_OUT_GID = 64, /* QUERY_HCA_CAP output: 16 bytes, the port's GID */
 	HC_CAP_OUT_SIZE = 80,
@@ -447,6 +455,15 @@ int hc_alloc_type_ok(const char *env);
 int hc_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad);
 struct ibv_qp *hc_create_qp_ex(struct ibv_context *c, struct ibv_qp_init_attr_ex *a);
 struct ibv_qp *hc_open_qp(struct ibv_context *c, struct ibv_qp_open_attr *a);
+/* A flow rule of a raw packet QP: the device's flow number. */
+struct hc_flow {
+	struct ibv_flow flow;
+	uint32_t id;
+};
+
+struct ibv_flow *hc_create_flow(struct ibv_qp *qp, struct ibv_flow_attr *a);
+int hc_destroy_flow(struct ibv_flow *f);
+int hc_net_raw(void);
 struct ibv_qp *hc_create_qp(struct ibv_context *c, struct ibv_qp_init_attr_ex *a, const struct hc_qp_dv *dv);
 void hc_send_done(struct hc_qp *qp, const uint8_t *cqe, struct ibv_wc *wc);
 void hc_recv_done(struct hc_qp *qp, const uint8_t *cqe, struct ibv_wc *wc);

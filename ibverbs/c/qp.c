@@ -146,14 +146,22 @@ struct ibv_qp *hc_create_qp(struct ibv_context *c, struct ibv_qp_init_attr_ex *a
 		return NULL;
 	}
 	int uc = a->qp_type == IBV_QPT_UC, ud = a->qp_type == IBV_QPT_UD, xrc = a->qp_type == IBV_QPT_XRC_SEND;
-	if ((a->qp_type != IBV_QPT_RC && !uc && !ud && !xrc) ||
-	    ((a->comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS) && a->create_flags) ||
-	    ((uc || ud || xrc) && dv && (dv->integrity || dv->create_flags))) {
-		errno = EOPNOTSUPP; /* RC, UC, UD and XRC QPs are modelled; signature offload on RC */
+	int raw = a->qp_type == IBV_QPT_RAW_PACKET;
+	/* mlx5 blocks multicast loopback on UD and raw packet QPs; UD
+	 * multicast is not modelled, so there the flag changes nothing. */
+	uint32_t cflags = (a->comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS) ? a->create_flags : 0;
+	uint32_t cflags_ok = ud || raw ? IBV_QP_CREATE_BLOCK_SELF_MCAST_LB : 0;
+	if ((a->qp_type != IBV_QPT_RC && !uc && !ud && !xrc && !raw) || (cflags & ~cflags_ok) ||
+	    ((uc || ud || xrc || raw) && dv && (dv->integrity || dv->create_flags))) {
+		errno = EOPNOTSUPP; /* RC, UC, UD, XRC and raw packet QPs are modelled; signature offload on RC */
 		return NULL;
 	}
-	if ((a->srq && a->srq->context != c) || (xrc && a->srq)) {
+	if ((a->srq && a->srq->context != c) || ((xrc || raw) && a->srq)) {
 		errno = EINVAL;
+		return NULL;
+	}
+	if (raw && !hc_net_raw()) {
+		errno = EPERM; /* as the kernel: a raw packet QP needs CAP_NET_RAW */
 		return NULL;
 	}
 	/* mlx5's supported send ops, per QP type (MLX5_SUPPORTED_SEND_OPS_FLAGS_*). */
@@ -161,7 +169,8 @@ struct ibv_qp *hc_create_qp(struct ibv_context *c, struct ibv_qp_init_attr_ex *a
 				IBV_QP_EX_WITH_SEND_WITH_IMM | IBV_QP_EX_WITH_LOCAL_INV | IBV_QP_EX_WITH_SEND_WITH_INV |
 				IBV_QP_EX_WITH_BIND_MW;
 	const uint64_t ud_ops = IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM;
-	const uint64_t ops = ud   ? ud_ops
+	const uint64_t ops = raw  ? IBV_QP_EX_WITH_SEND
+			     : ud ? ud_ops
 			     : uc ? uc_ops
 				  : uc_ops | IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP |
 					    IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD;
@@ -186,7 +195,10 @@ struct ibv_qp *hc_create_qp(struct ibv_context *c, struct ibv_qp_init_attr_ex *a
 	 * control and the larger of a remote address with an atomic segment
 	 * and a window bind (UMR control, mkey context, a KLM padded to 64),
 	 * as mlx5's sq_overhead. */
-	size_t overhead = dv && dv->overhead ? dv->overhead : ud ? SEG + HC_DATAGRAM_SEG : SEG + 48 + 64 + 64;
+	size_t overhead = dv && dv->overhead ? dv->overhead
+			  : ud		     ? SEG + HC_DATAGRAM_SEG
+			  : raw		     ? SEG + HC_ETH_SEG
+					     : SEG + 48 + 64 + 64;
 	int bb = wqebbs_for(&cap, overhead);
 	uint8_t sq_log = log2ceil((size_t)(cap.max_send_wr ? cap.max_send_wr : 1) * (size_t)bb);
 	uint8_t rq_log = log2ceil(cap.max_recv_wr ? cap.max_recv_wr : 1);
@@ -234,13 +246,15 @@ struct ibv_qp *hc_create_qp(struct ibv_context *c, struct ibv_qp_init_attr_ex *a
 		qflags |= 1;
 	if (dv && (dv->create_flags & MLX5DV_QP_CREATE_SIG_PIPELINING))
 		qflags |= 4; /* drain on signature error */
+	if (raw && (cflags & IBV_QP_CREATE_BLOCK_SELF_MCAST_LB))
+		qflags |= 8; /* block multicast loopback */
 	hc_put32(in + 20, qflags);
 	if (a->srq)
 		hc_put32(in + 28, hc_srq(a->srq)->srqn);
 	in[24] = sq_log;
 	in[25] = rq_log;
 	in[26] = rq_shift;
-	in[27] = xrc ? HC_QP_XRC : ud ? 2 : uc ? 1 : 0; /* the transport service: RC 0, UC 1, UD 2, XRC 3 */
+	in[27] = raw ? HC_QP_RAW : xrc ? HC_QP_XRC : ud ? 2 : uc ? 1 : 0; /* RC 0, UC 1, UD 2, XRC 3, raw 4 */
 	hc_put64(in + 32, qp->mem.iova);
 	hc_put64(in + 40, qp->mem.iova + sqb);
 	hc_put64(in + 48, qp->mem.iova + sqb + rqb);
@@ -260,7 +274,7 @@ struct ibv_qp *hc_create_qp(struct ibv_context *c, struct ibv_qp_init_attr_ex *a
 	/* What the QP can take, as mlx5 reports it: at least what was asked. */
 	/* The bytes before the data: control, then the datagram segment (UD),
 	 * the XRC segment (XRC) and a remote address. */
-	int hdr = ud ? SEG + HC_DATAGRAM_SEG : xrc ? 3 * SEG : 2 * SEG;
+	int hdr = ud ? SEG + HC_DATAGRAM_SEG : raw ? SEG + HC_ETH_SEG : xrc ? 3 * SEG : 2 * SEG;
 	int sendsge = (bb * HC_WQEBB - hdr) / SEG;
 	qp->cap.max_send_wr = (uint32_t)(n / (size_t)bb);
 	qp->cap.max_recv_wr = 1u << rq_log;
@@ -466,8 +480,19 @@ static const struct transition ud_transitions[] = {
 	{IBV_QPS_SQE, IBV_QPS_RTS, HC_CMD_SQERR2RTS, 0, IBV_QP_CUR_STATE | IBV_QP_QKEY},
 };
 
-/* net_raw reports whether the process may use a privileged Q_Key (the
- * kernel asks for CAP_NET_RAW): CapEff bit 13 in /proc/self/status. */
+/* The transitions of a raw packet QP (the kernel's qp_state_table for
+ * IB_QPT_RAW_PACKET): the port, and nothing of a transport. */
+static const struct transition raw_transitions[] = {
+	{IBV_QPS_RESET, IBV_QPS_INIT, HC_CMD_RST2INIT, IBV_QP_PORT, 0},
+	{IBV_QPS_INIT, IBV_QPS_INIT, HC_CMD_INIT2INIT, 0, IBV_QP_PORT},
+	{IBV_QPS_INIT, IBV_QPS_RTR, HC_CMD_INIT2RTR, 0, 0},
+	{IBV_QPS_RTR, IBV_QPS_RTS, HC_CMD_RTR2RTS, 0, 0},
+	{IBV_QPS_RTS, IBV_QPS_RTS, HC_CMD_RTS2RTS, 0, 0},
+};
+
+/* net_raw reports whether the process has CAP_NET_RAW, which the kernel
+ * asks for a privileged Q_Key and a raw packet QP: CapEff bit 13 in
+ * /proc/self/status. */
 static int net_raw(void)
 {
 	FILE *f = fopen("/proc/self/status", "re");
@@ -497,6 +522,8 @@ static uint16_t dest_lid(const struct hc_context *ctx, const struct ibv_ah_attr 
 }
 
 uint16_t hc_dest_lid(const struct hc_context *ctx, const struct ibv_ah_attr *ah) { return dest_lid(ctx, ah); }
+
+int hc_net_raw(void) { return net_raw(); }
 
 static int qp_state_from_device(int s)
 {
@@ -559,6 +586,8 @@ HC_EXPORT int ibv_modify_qp(struct ibv_qp *q, struct ibv_qp_attr *a, int mask)
 		size_t ntab = sizeof transitions / sizeof transitions[0];
 		if (q->qp_type == IBV_QPT_UD)
 			tab = ud_transitions, ntab = sizeof ud_transitions / sizeof ud_transitions[0];
+		if (q->qp_type == IBV_QPT_RAW_PACKET)
+			tab = raw_transitions, ntab = sizeof raw_transitions / sizeof raw_transitions[0];
 		for (size_t i = 0; i < ntab; i++)
 			if (tab[i].from == cur && tab[i].to == to)
 				t = &tab[i];
@@ -871,6 +900,56 @@ static void put_ud_dest(uint8_t *av, uint32_t qpn, uint32_t qkey)
 	hc_put32(av + 8, 0x80000000u | (qpn & 0xFFFFFF));
 }
 
+/* raw_frame writes a raw packet WQE's segments at p from the frame in sg
+ * (n entries; with inl, the rest of the frame goes inline, and the lkeys
+ * are not read): the Ethernet segment with the frame's first
+ * HC_ETH_INLINE bytes inline, as mlx5's copy_eth_inline_headers copies
+ * them, then data segments (or an inline segment) of the rest. It returns
+ * the bytes written, or 0 with *err: EINVAL for a frame shorter than the
+ * header or too many SGEs, ENOMEM for inline data past max_inline_data. */
+static size_t raw_frame(struct hc_qp *qp, uint8_t *p, size_t n, const struct ibv_sge *sg, int inl, int *err)
+{
+	*err = EINVAL;
+	if (n > 64)
+		return 0;
+	memset(p, 0, HC_ETH_SEG);
+	hc_put16(p + 12, HC_ETH_INLINE);
+	size_t j = 0, off = 0, got = 0;
+	for (; j < n && got < HC_ETH_INLINE; j++) {
+		size_t k = sg[j].length < HC_ETH_INLINE - got ? sg[j].length : HC_ETH_INLINE - got;
+		memcpy(p + 14 + got, (void *)(uintptr_t)sg[j].addr, k);
+		got += k;
+		off = k;
+	}
+	if (got < HC_ETH_INLINE)
+		return 0; /* "Ethernet headers < 16 bytes" */
+	if (j > 0 && off < sg[j - 1].length)
+		j--; /* the rest starts inside this entry */
+	else
+		off = 0;
+	size_t len = HC_ETH_SEG;
+	if (inl) {
+		void *addrs[64];
+		size_t lens[64], m = 0;
+		for (; j < n; j++, off = 0) {
+			addrs[m] = (void *)(uintptr_t)(sg[j].addr + off);
+			lens[m++] = sg[j].length - off;
+		}
+		size_t k = m ? put_inline(qp, p + len, m, addrs, lens) : 0;
+		if (m && !k) {
+			*err = ENOMEM;
+			return 0;
+		}
+		return len + k;
+	}
+	if (n - j > qp->cap.max_send_sge)
+		return 0;
+	for (; j < n; j++, off = 0)
+		if (sg[j].length > off)
+			len += put_data(p + len, (uint32_t)(sg[j].length - off), sg[j].lkey, sg[j].addr + off);
+	return len;
+}
+
 /* post_one builds one WR's WQE and commits it. Called with smu held. */
 static int post_one(struct hc_qp *qp, struct ibv_send_wr *wr)
 {
@@ -884,6 +963,20 @@ static int post_one(struct hc_qp *qp, struct ibv_send_wr *wr)
 	int ud = qp->qpx.qp_base.qp_type == IBV_QPT_UD;
 	if (ud && ((op != IBV_WR_SEND && op != IBV_WR_SEND_WITH_IMM) || !wr->wr.ud.ah))
 		return EINVAL; /* UD sends only, each to an address handle */
+	if (qp->qpx.qp_base.qp_type == IBV_QPT_RAW_PACKET) {
+		/* Frames only; no checksum offload or TSO is advertised, so
+		 * mlx5's provider refuses IBV_SEND_IP_CSUM and IBV_WR_TSO. */
+		if (op != IBV_WR_SEND || (wr->send_flags & IBV_SEND_IP_CSUM) || wr->num_sge < 0)
+			return EINVAL;
+		int err;
+		size_t k = raw_frame(qp, p, (size_t)wr->num_sge, wr->sg_list, wr->send_flags & IBV_SEND_INLINE, &err);
+		if (!k)
+			return err;
+		n += k;
+		put_ctrl(qp, HC_OP_SEND, n, get_fence(qp, 0, wr->send_flags & IBV_SEND_FENCE),
+			 (wr->send_flags & IBV_SEND_SIGNALED) || qp->sig_all, wr->send_flags & IBV_SEND_SOLICITED, imm);
+		return commit(qp, n, wr->wr_id, IBV_WC_SEND, 0);
+	}
 	switch (op) {
 	case IBV_WR_SEND_WITH_IMM:
 	case IBV_WR_RDMA_WRITE_WITH_IMM:
@@ -1195,6 +1288,8 @@ static struct hc_qp *wr_open(struct ibv_qp_ex *x, uint8_t opc, uint8_t wcop, uin
 		memset(qp->scratch + SEG, 0, HC_DATAGRAM_SEG);
 		qp->wr_len += HC_DATAGRAM_SEG;
 	}
+	if (qp->qpx.qp_base.qp_type == IBV_QPT_RAW_PACKET && opc != HC_OP_SEND)
+		qp->wr_err = EINVAL; /* frames only */
 	if (qp->qpx.qp_base.qp_type == IBV_QPT_XRC_SEND && opc != HC_OP_UMR) {
 		/* The XRC segment, which ibv_wr_set_xrc_srqn fills. */
 		memset(qp->scratch + SEG, 0, HC_XRC_SEG);
@@ -1330,6 +1425,15 @@ static void x_sge_list(struct ibv_qp_ex *x, size_t n, const struct ibv_sge *sg)
 	struct hc_qp *qp = qpx_qp(x);
 	if (!wants_data(qp))
 		return;
+	if (qp->qpx.qp_base.qp_type == IBV_QPT_RAW_PACKET) {
+		int err;
+		size_t k = raw_frame(qp, qp->scratch + qp->wr_len, n, sg, 0, &err);
+		if (!k)
+			qp->wr_err = err;
+		qp->wr_len += k;
+		wr_close(qp);
+		return;
+	}
 	int atomic = qp->wr_opc == HC_OP_ATOMIC_CS || qp->wr_opc == HC_OP_ATOMIC_FA;
 	if (n > qp->cap.max_send_sge || (atomic && n != 1)) {
 		qp->wr_err = EINVAL;
@@ -1355,6 +1459,18 @@ static void x_inline_list(struct ibv_qp_ex *x, size_t n, const struct ibv_data_b
 	if (qp->wr_opc == HC_OP_RDMA_READ || qp->wr_opc == HC_OP_ATOMIC_CS || qp->wr_opc == HC_OP_ATOMIC_FA ||
 	    n > 64) {
 		qp->wr_err = EINVAL;
+		return;
+	}
+	if (qp->qpx.qp_base.qp_type == IBV_QPT_RAW_PACKET) {
+		struct ibv_sge sg[64];
+		for (size_t i = 0; i < n; i++)
+			sg[i] = (struct ibv_sge){.addr = (uintptr_t)b[i].addr, .length = (uint32_t)b[i].length};
+		int err;
+		size_t k = raw_frame(qp, qp->scratch + qp->wr_len, n, sg, 1, &err);
+		if (!k)
+			qp->wr_err = err;
+		qp->wr_len += k;
+		wr_close(qp);
 		return;
 	}
 	void *addrs[64];

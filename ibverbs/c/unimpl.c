@@ -45,8 +45,6 @@ UNIMPL_INT(u_destroy_wq, "ibv_destroy_wq")
 UNIMPL_INT(u_modify_wq, "ibv_modify_wq")
 UNIMPL_PTR(u_create_wq, "ibv_create_wq")
 UNIMPL_INT(u_rt_values, "ibv_query_rt_values_ex")
-UNIMPL_INT(u_destroy_flow, "ibv_destroy_flow")
-UNIMPL_PTR(u_create_flow, "ibv_create_flow")
 
 /* SET stores an UNIMPL function in a table entry of another type: the
  * entries are only ever called by verbs.h wrappers, with arguments the
@@ -85,8 +83,8 @@ void hc_fill_unimplemented_ops(struct hc_context *ctx)
 	SET(v->modify_wq, u_modify_wq);
 	SET(v->create_wq, u_create_wq);
 	SET(v->query_rt_values, u_rt_values);
-	SET(v->ibv_destroy_flow, u_destroy_flow);
-	SET(v->ibv_create_flow, u_create_flow);
+	v->ibv_create_flow = hc_create_flow;
+	v->ibv_destroy_flow = hc_destroy_flow;
 	v->open_qp = hc_open_qp;
 	v->get_srq_num = hc_get_srq_num;
 	v->create_srq_ex = hc_create_srq_ex;

@@ -238,9 +238,9 @@ static void objects(void)
 	errno = 0;
 	CHECK("create_qp too much inline", !ibv_create_qp(pd, &ia) && errno == EINVAL, "errno %d", errno);
 	ia.cap.max_inline_data = 0;
-	ia.qp_type = IBV_QPT_RAW_PACKET;
+	ia.qp_type = IBV_QPT_DRIVER;
 	errno = 0;
-	CHECK("create_qp RAW_PACKET: not modelled", !ibv_create_qp(pd, &ia) && errno == EOPNOTSUPP, "errno %d", errno);
+	CHECK("create_qp DRIVER (mlx5dv_create_qp only)", !ibv_create_qp(pd, &ia) && errno == EOPNOTSUPP, "errno %d", errno);
 	ia.qp_type = IBV_QPT_RC;
 	struct ibv_qp *qp = ibv_create_qp(pd, &ia);
 	CHECK("create_qp", qp != NULL, "errno %d", errno);
