@@ -291,6 +291,7 @@ type epOpts struct {
 	integrity bool
 	srq       *verbs.SRQ
 	typ       verbs.QPType
+	blockLB   bool // verbs.QPInitAttr.BlockSelfMcastLB
 }
 
 var defaultCap = verbs.QPCap{MaxSendWR: 64, MaxRecvWR: 64, MaxSendSGE: 4, MaxRecvSGE: 4, MaxInline: 256}
@@ -318,7 +319,7 @@ func (n *node) ep(o *epOpts) *ep {
 	if e.rcq == nil {
 		e.rcq = n.cq(opt.cqDepth, nil)
 	}
-	qp, err := opt.pd.CreateQP(&verbs.QPInitAttr{SendCQ: e.scq, RecvCQ: e.rcq, Cap: opt.cap, SigAll: opt.sigAll, Integrity: opt.integrity, SRQ: opt.srq, Type: opt.typ})
+	qp, err := opt.pd.CreateQP(&verbs.QPInitAttr{SendCQ: e.scq, RecvCQ: e.rcq, Cap: opt.cap, SigAll: opt.sigAll, Integrity: opt.integrity, SRQ: opt.srq, Type: opt.typ, BlockSelfMcastLB: opt.blockLB})
 	if err != nil {
 		n.t.Fatalf("create qp %+v: %v", opt.cap, err)
 	}

@@ -16,6 +16,7 @@ var rawScenarios = []scenario{
 	{"FlowSteering", rawFlowSteering},
 	{"PriorityAndDefaults", rawPriorityAndDefaults},
 	{"FlowLifecycle", rawFlowLifecycle},
+	{"BlockSelfMulticastLoopback", rawBlockSelfLB},
 }
 
 var (
@@ -24,9 +25,12 @@ var (
 )
 
 // rawEnd creates a raw packet QP on n in RTS.
-func rawEnd(t testing.TB, n *node) *ep {
+func rawEnd(t testing.TB, n *node) *ep { return rawEndOpts(t, n, &epOpts{typ: verbs.QPTypeRaw}) }
+
+// rawEndOpts creates a raw packet QP with options o on n in RTS.
+func rawEndOpts(t testing.TB, n *node, o *epOpts) *ep {
 	t.Helper()
-	e := n.ep(&epOpts{typ: verbs.QPTypeRaw})
+	e := n.ep(o)
 	for _, s := range []verbs.QPState{verbs.StateInit, verbs.StateRTR, verbs.StateRTS} {
 		if err := e.qp.Modify(&verbs.QPAttr{State: s}); err != nil {
 			t.Fatalf("modify raw qp to %v: %v", s, err)
@@ -170,4 +174,20 @@ func rawFlowLifecycle(t *testing.T, s *suite) {
 	if err := rx.qp.Destroy(); err != nil {
 		t.Fatalf("destroy the QP once its flow is gone: %v", err)
 	}
+}
+
+// rawBlockSelfLB: a QP created with BlockSelfMcastLB does not get the
+// multicast frames its own context sends, and does get another context's.
+func rawBlockSelfLB(t *testing.T, s *suite) {
+	n, other := newNode(t, s.local), newNode(t, s.local) // two functions of one device
+	rx := rawEndOpts(t, n, &epOpts{typ: verbs.QPTypeRaw, blockLB: true})
+	createFlow(t, rx, &verbs.FlowAttr{Kind: verbs.FlowSniffer})
+	rx.recv(rwr(1, n.mr.SGE(16<<10, 2048)))
+	own, theirs := rawEnd(t, n), rawEnd(t, other)
+	rawFrame(n.buf, rawGroupMAC, 0x0800, 1, 60, 1)
+	rawSend(t, own, 1, 0, 60) // blocked
+	want := rawFrame(other.buf, rawGroupMAC, 0x0800, 2, 61, 2)
+	rawSend(t, theirs, 2, 0, 61)
+	Check(t, "another context's frame", Poll1(t, rx.rcq), Want{WRID: 1, Op: verbs.WCRecv, Len: 61, QPN: rx.qp.QPN()})
+	sameBytes(t, "received frame", n.buf[16<<10:16<<10+61], want)
 }

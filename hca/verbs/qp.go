@@ -110,6 +110,10 @@ type QPInitAttr struct {
 	// SQD instead of running it (an EventSQDrained follows); moving it
 	// back to RTS runs it.
 	SigPipelining bool
+	// BlockSelfMcastLB (IBV_QP_CREATE_BLOCK_SELF_MCAST_LB) keeps the
+	// multicast frames this context's raw packet QPs send from a raw
+	// packet QP's flows.
+	BlockSelfMcastLB bool
 }
 
 // QPAttrMask says which optional attributes a Modify sets.
@@ -379,6 +383,9 @@ func (pd *PD) CreateQP(a *QPInitAttr) (*QP, error) {
 	}
 	if a.SigPipelining {
 		flags |= ifc.QPFlagDrainSigErr
+	}
+	if a.BlockSelfMcastLB && a.Type == QPTypeRaw {
+		flags |= ifc.QPFlagBlockMcastLB
 	}
 	in.Put32(ifc.QPInFlags, flags)
 	if a.Type == QPTypeUD {
