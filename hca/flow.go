@@ -180,12 +180,16 @@ func (t *flowTable) deliver(from *QP, d *Device, v *frameView, r *request) bool 
 	defer t.mu.RUnlock()
 	var sent []*QP
 	put := func(fr *flowRule) {
-		if fr.drop || slices.Contains(sent, fr.qp) || fr.qp.blockLB && fr.qp.fn == from.fn && v.multicast() {
+		to := fr.qp
+		if to.rss != nil {
+			to = to.rss.pick(v)
+		}
+		if fr.drop || slices.Contains(sent, to) || fr.qp.blockLB && fr.qp.fn == from.fn && v.multicast() {
 			return
 		}
-		sent = append(sent, fr.qp)
+		sent = append(sent, to)
 		r.hold()
-		if fr.qp.inbox.put(r) == 0 {
+		if to.inbox.put(r) == 0 {
 			r.release()
 			d.count(&d.ctr.msgDropped)
 		}

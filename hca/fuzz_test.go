@@ -33,6 +33,14 @@ func FuzzCommand(f *testing.F) {
 		Put64(ifc.SRQInRing, 0x10000).Put64(ifc.SRQInDBRec, 0x18000).Put32(ifc.SRQInXRCD, 1).Put32(ifc.SRQInCQN, 1)))
 	f.Add([]byte(ifc.NewIn(ifc.CmdDeallocXRCD, 12).Put32(ifc.XRCDOff, 1)))
 	f.Add([]byte(ifc.NewIn(ifc.CmdAllocXRCD, 8)))
+	// Raw packet: a work queue (no send queue) and an RSS QP over a table
+	// of two entries naming QPN 0x100 (the fixture has none).
+	f.Add([]byte(ifc.NewIn(ifc.CmdCreateQP, ifc.QPInSize).Put32(ifc.QPInPD, 1).Put32(ifc.QPInSendCQ, 1).Put32(ifc.QPInRecvCQ, 1).
+		Put32(ifc.QPInFlags, ifc.QPFlagNoSQ).Put8(ifc.QPInLogRQ, 4).Put8(ifc.QPInLogStride, 4).Put8(ifc.QPInType, ifc.QPTypeRaw).
+		Put64(ifc.QPInRQ, 0x20000).Put64(ifc.QPInDBRec, 0x30000)))
+	f.Add([]byte(ifc.NewIn(ifc.CmdCreateQP, ifc.QPInSizeRSS+8).Put32(ifc.QPInPD, 1).Put32(ifc.QPInFlags, ifc.QPFlagRSS).
+		Put8(ifc.QPInLogStride, 4).Put8(ifc.QPInType, ifc.QPTypeRaw).Put8(ifc.QPInRSSFunc, 1).Put8(ifc.QPInRSSKeyLen, ifc.RSSKeySize).
+		Put8(ifc.QPInRSSLogTbl, 1).Put32(ifc.QPInRSSWQNs, 0x100).Put32(ifc.QPInRSSWQNs+4, 0x100)))
 	f.Fuzz(func(t *testing.T, in []byte) {
 		dev := hca.New(hca.Options{})
 		defer dev.Close()

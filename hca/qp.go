@@ -53,6 +53,11 @@ type QP struct {
 	ud        bool // an unreliable datagram QP (QPTypeUD, ud.go)
 	raw       bool // a raw packet QP (QPTypeRaw, raw.go)
 	blockLB   bool // QPFlagBlockMcastLB
+	// wq: a raw packet QP that is a receive work queue (QPFlagNoSQ);
+	// rssRefs counts the RSS QPs whose table holds it (under fn.mu).
+	wq      bool
+	rssRefs int
+	rss     *rssConf // an RSS QP's hash and table (QPFlagRSS, rss.go)
 	// flows counts the flow rules attached to a raw QP (flow.go): while
 	// there are any, DESTROY_QP is refused, as the kernel's EBUSY.
 	flows atomic.Int32
@@ -176,6 +181,12 @@ func (f *Func) createQP(in ifc.In) ifc.Out {
 		xrcd = in.U32(ifc.QPInXRCD) & 0xFFFFFF // 0 in a shorter input: an initiator
 	}
 	tgt := xrcd != 0
+	raw := qpType == ifc.QPTypeRaw
+	if !raw && flags&(ifc.QPFlagNoSQ|ifc.QPFlagRSS|ifc.QPFlagBlockMcastLB) != 0 {
+		return failOut(ifc.StatusBadParam, flags, "flags %#x of a raw packet QP on a QP of type %d", flags, qpType)
+	}
+	rss := raw && flags&ifc.QPFlagRSS != 0
+	wq := raw && !rss && flags&ifc.QPFlagNoSQ != 0
 	srqn := in.U32(ifc.QPInSRQN) & 0xFFFFFF
 	if (xrc || qpType == ifc.QPTypeRaw) && srqn != 0 {
 		return failOut(ifc.StatusBadParam, srqn, "an XRC or raw packet QP on SRQ %#x", srqn)
@@ -186,19 +197,25 @@ func (f *Func) createQP(in ifc.In) ifc.Out {
 	}
 	var sqBuf, rqBuf, db []byte
 	var err error
-	if tgt {
-		// A target has no send queue: an empty ring of the device's own,
-		// which no driver can post to.
+	switch {
+	case tgt || rss:
+		// A target, or an RSS QP, has no send queue: an empty ring of the
+		// device's own, which no driver can post to.
 		logSQ, sqBuf, db = 0, make([]byte, sq.WQEBBSize), privateWords(dbSize)
-	} else if sqBuf, err = f.contiguous(in.U64(ifc.QPInSQ), sq.WQEBBSize<<logSQ); err != nil {
+	case wq:
+		logSQ, sqBuf = 0, make([]byte, sq.WQEBBSize) // a work queue: receives only
+	default:
+		sqBuf, err = f.contiguous(in.U64(ifc.QPInSQ), sq.WQEBBSize<<logSQ)
+	}
+	if err != nil {
 		return failOut(ifc.StatusBadParam, 0, "send queue: %v", err)
 	}
-	if srqn == 0 && !xrc { // a QP on an SRQ, or of XRC, has no receive queue of its own
+	if srqn == 0 && !xrc && !rss { // a QP on an SRQ, of XRC or RSS has no receive queue of its own
 		if rqBuf, err = f.contiguous(in.U64(ifc.QPInRQ), 1<<(logRQ+logStride)); err != nil {
 			return failOut(ifc.StatusBadParam, 0, "receive queue: %v", err)
 		}
 	}
-	if !tgt {
+	if !tgt && !rss {
 		db, err = f.contiguous(in.U64(ifc.QPInDBRec), dbSize)
 		if err != nil || !dma.Aligned(db) {
 			return failOut(ifc.StatusBadParam, 0, "doorbell record: %v", err)
@@ -209,7 +226,7 @@ func (f *Func) createQP(in ifc.In) ifc.Out {
 		return failOut(ifc.StatusBadParam, 0, "%v", err)
 	}
 	rqDB := db[sq.DBRecRecv : sq.DBRecRecv+4]
-	if xrc {
+	if xrc || rss {
 		rqDB = privateWords(4) // no receive queue: a receive counter that stays 0
 	}
 	if flags&ifc.QPFlagIntegr != 0 && (!c.SignatureHandover || qpType == ifc.QPTypeUD || qpType == ifc.QPTypeRaw || xrc) {
@@ -226,7 +243,7 @@ func (f *Func) createQP(in ifc.In) ifc.Out {
 		return failOut(ifc.StatusExceedLim, 0, "%d QPs", len(f.qps))
 	case tgt && !f.xrcds.has(xrcd):
 		return failOut(ifc.StatusBadResource, xrcd, "no XRC domain %#x", xrcd)
-	case !tgt && (scq == nil || rcq == nil && !xrc):
+	case !tgt && !rss && (scq == nil || rcq == nil && !xrc):
 		return failOut(ifc.StatusBadResource, 0, "no CQ %#x or %#x", scqn, rcqn)
 	case srqn != 0 && srq == nil:
 		return failOut(ifc.StatusBadResource, srqn, "no SRQ %#x", srqn)
@@ -239,11 +256,21 @@ func (f *Func) createQP(in ifc.In) ifc.Out {
 		f.uncharge(qpCost)
 		return failOut(ifc.StatusBadResource, pd, "no PD %#x", pd)
 	}
+	var rc *rssConf
+	if rss {
+		scq, rcq = nil, nil
+		var bad ifc.Out
+		if rc, bad = f.parseRSS(in); bad != nil {
+			f.uncharge(qpCost)
+			f.pdRef(pd, -1)
+			return bad
+		}
+	}
 	if xrc {
 		rcq = nil // an initiator receives nothing
 	}
 	qp := &QP{
-		fn: f, dev: f.dev, pd: pd, scq: scq, rcq: rcq, srq: srq, integrity: flags&ifc.QPFlagIntegr != 0, uc: qpType == ifc.QPTypeUC, ud: qpType == ifc.QPTypeUD, raw: qpType == ifc.QPTypeRaw, blockLB: flags&ifc.QPFlagBlockMcastLB != 0, drainSig: flags&ifc.QPFlagDrainSigErr != 0,
+		fn: f, dev: f.dev, pd: pd, scq: scq, rcq: rcq, srq: srq, integrity: flags&ifc.QPFlagIntegr != 0, uc: qpType == ifc.QPTypeUC, ud: qpType == ifc.QPTypeUD, raw: raw, blockLB: flags&ifc.QPFlagBlockMcastLB != 0, wq: wq, rss: rc, drainSig: flags&ifc.QPFlagDrainSigErr != 0,
 		xrc: xrc, tgt: tgt, xrcd: xrcd,
 		sqr: sqr, rqBuf: rqBuf, rqDB: rqDB, rqLog: logRQ, rqStride: logStride,
 		bell: make(chan struct{}, 1), rbell: make(chan struct{}, 1),
@@ -260,6 +287,9 @@ func (f *Func) createQP(in ifc.In) ifc.Out {
 	if !ok {
 		f.uncharge(qpCost)
 		qp.unref()
+		if rc != nil {
+			rc.release()
+		}
 		return failOut(ifc.StatusNoResources, 0, "no QP number")
 	}
 	qp.qpn = n
@@ -287,6 +317,12 @@ func (f *Func) destroyQP(qpn uint32) ifc.Out {
 	}
 	if n := qp.flows.Load(); n > 0 {
 		return failOut(ifc.StatusResBusy, qpn, "QP %#x has %d flows", qpn, n)
+	}
+	f.mu.Lock()
+	refs := qp.rssRefs
+	f.mu.Unlock()
+	if refs > 0 {
+		return failOut(ifc.StatusResBusy, qpn, "work queue %#x is in %d RSS tables", qpn, refs)
 	}
 	qp.destroy()
 	return okOut(0)
@@ -331,6 +367,9 @@ func (qp *QP) destroy() {
 	}
 	if qp.srq != nil {
 		qp.srq.qps--
+	}
+	if qp.rss != nil {
+		qp.rss.release()
 	}
 	qp.unref()
 	f.uncharge(qpCost)

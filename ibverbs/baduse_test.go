@@ -172,7 +172,7 @@ func TestUDVerbs(t *testing.T) {
 func TestRawVerbs(t *testing.T) {
 	lib := frontendtest.Lib(t)
 	bin := buildC(t, filepath.Join("c", "test", "raw.c"), "-libverbs")
-	runChecks(t, lib, frontendtest.Daemon(t), bin, 30)
+	runChecks(t, lib, frontendtest.Daemon(t), bin, 40)
 }
 
 // TestMWVerbs: memory windows through the front end (c/test/mw.c) — type 1

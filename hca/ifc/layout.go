@@ -99,6 +99,29 @@ const (
 	// packet QP: the multicast frames QPs of its own function send do not
 	// reach it (mlx5's self_lb_block on the QP's TIR).
 	QPFlagBlockMcastLB = 8
+	// QPFlagNoSQ makes a raw packet QP a receive work queue (verbs'
+	// ibv_wq): no send queue (the SQ IOVA is not read), its receive queue
+	// and one CQ (send and receive CQ the same).
+	QPFlagNoSQ = 16
+	// QPFlagRSS makes a raw packet QP a receive-side-scaling QP: no queues
+	// and no CQs; the frames its flows take go to one of the work queues
+	// of its indirection table, chosen by the Toeplitz hash of the header
+	// fields it names (QPInRSS*, in an input of QPInSizeRSS bytes and the
+	// table after it).
+	QPFlagRSS = 32
+	// An RSS QP's hash: the fields (BE64, verbs' enum ibv_rx_hash_fields:
+	// bits 0–7, the IPv4 and IPv6 addresses and TCP and UDP ports), the
+	// function (1: Toeplitz), the key length (40), log2 of the table's
+	// entries (0–8), the key, then the work queues' QPNs (BE32 each).
+	QPInRSSFields = 64
+	QPInRSSFunc   = 72
+	QPInRSSKeyLen = 73
+	QPInRSSLogTbl = 74
+	QPInRSSKey    = 80
+	QPInRSSWQNs   = 120
+	QPInSizeRSS   = QPInRSSWQNs
+	RSSKeySize    = 40
+	RSSMaxLogTbl  = 8
 	QPNOff            = 8 // CREATE_QP output; DESTROY_QP, modify and QUERY_QP input
 
 	// Modify QP input (RST2INIT … RTS2SQD): qpn at 8, opt_param_mask at

@@ -271,6 +271,14 @@ int hc_query_device_ex(struct ibv_context *c, const struct ibv_query_device_ex_i
 	ibv_query_device(c, &x.orig_attr);
 	x.max_dm_size = 0;
 	x.phys_port_cnt_ex = 1;
+	/* RSS as mlx5: raw packet QPs, Toeplitz over IPv4/IPv6 addresses and
+	 * TCP/UDP ports, tables of up to 256 work queues. */
+	x.rss_caps.supported_qpts = 1u << IBV_QPT_RAW_PACKET;
+	x.rss_caps.max_rwq_indirection_tables = hc_ctx(c)->caps.max_qp;
+	x.rss_caps.max_rwq_indirection_table_size = 1u << HC_RSS_MAX_LOG;
+	x.rss_caps.rx_hash_fields_mask = 0xFF;
+	x.rss_caps.rx_hash_function = IBV_RX_HASH_FUNC_TOEPLITZ;
+	x.max_wq_type_rq = hc_ctx(c)->caps.max_qp;
 	memcpy(a, &x, len < sizeof x ? len : sizeof x);
 	if (len > sizeof x)
 		memset((char *)a + sizeof x, 0, len - sizeof x);

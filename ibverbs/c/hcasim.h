@@ -89,6 +89,10 @@ enum {
 	 * (MLX5_ETH_L2_INLINE_HEADER_SIZE): 32 bytes. */
 	HC_ETH_SEG = 32,
 	HC_ETH_INLINE = 18,
+	HC_QPF_NO_SQ = 16,  /* CREATE_QP flag: a raw QP without a send queue (an ibv_wq) */
+	HC_QPF_RSS = 32,    /* CREATE_QP flag: an RSS QP (docs/DEVICE.md "Receive-side scaling") */
+	HC_RSS_KEY = 40,    /* the Toeplitz key's bytes */
+	HC_RSS_MAX_LOG = 8, /* an indirection table of at most 256 entries */
 	HC_CMD_CREATE_FLOW = 0x936, /* the model's flow rule (docs/DEVICE.md "Raw packet QPs") */
 	HC_CMD_DESTROY_FLOW = 0x938,
 
@@ -180,6 +184,7 @@ struct hc_qp_dv {
 	int integrity;	     /* signature WQEs: the device's integrity QP flag */
 	uint64_t ops;	     /* MLX5DV_QP_EX_WITH_* */
 	uint32_t create_flags; /* MLX5DV_QP_CREATE_* */
+	uint32_t dev_flags;    /* more CREATE_QP flags (HC_QPF_NO_SQ: a work queue) */
 };
 
 /* A queued asynchronous event. */
@@ -209,6 +214,7 @@ struct hc_context {
 
 	/* Objects by number, for events and completions. */
 	pthread_mutex_t obj_mu;
+	uint32_t next_ind; /* the last indirection table number (rss.c), under obj_mu */
 	struct hc_cq **cqs;
 	size_t ncqs;
 	struct hc_qp **qps;
@@ -303,6 +309,7 @@ struct hc_qp {
 	 * destroyed while opened is gone: destroyed with its last handle (both
 	 * under the context's obj_mu). */
 	struct hc_xdom *xdom;
+	struct hc_ind *ind; /* an RSS QP's indirection table (rss.c) */
 	struct hc_qp *opened;
 	int open_refs, gone;
 	struct hc_dma mem; /* SQ ring, RQ ring, doorbell record */
@@ -464,6 +471,14 @@ struct hc_flow {
 struct ibv_flow *hc_create_flow(struct ibv_qp *qp, struct ibv_flow_attr *a);
 int hc_destroy_flow(struct ibv_flow *f);
 int hc_net_raw(void);
+struct ibv_qp *hc_qp_publish(struct hc_context *ctx, struct hc_qp *qp, struct ibv_qp_init_attr_ex *a, uint32_t qpn);
+struct ibv_qp *hc_create_rss_qp(struct ibv_context *c, struct ibv_qp_init_attr_ex *a);
+void hc_ind_unref(struct hc_ind *t);
+struct ibv_wq *hc_create_wq(struct ibv_context *c, struct ibv_wq_init_attr *a);
+int hc_modify_wq(struct ibv_wq *wq, struct ibv_wq_attr *a);
+int hc_destroy_wq(struct ibv_wq *wq);
+struct ibv_rwq_ind_table *hc_create_ind_table(struct ibv_context *c, struct ibv_rwq_ind_table_init_attr *a);
+int hc_destroy_ind_table(struct ibv_rwq_ind_table *t);
 struct ibv_qp *hc_create_qp(struct ibv_context *c, struct ibv_qp_init_attr_ex *a, const struct hc_qp_dv *dv);
 void hc_send_done(struct hc_qp *qp, const uint8_t *cqe, struct ibv_wc *wc);
 void hc_recv_done(struct hc_qp *qp, const uint8_t *cqe, struct ibv_wc *wc);

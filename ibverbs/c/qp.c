@@ -60,6 +60,14 @@ struct ibv_qp *hc_create_qp_ex(struct ibv_context *c, struct ibv_qp_init_attr_ex
 /* qp_publish fills the ibv_qp of a new QP and puts it in the table (last:
  * events and completions find it whole). */
 static struct ibv_qp *qp_publish(struct hc_context *ctx, struct hc_qp *qp, struct ibv_qp_init_attr_ex *a,
+				 uint32_t qpn);
+
+struct ibv_qp *hc_qp_publish(struct hc_context *ctx, struct hc_qp *qp, struct ibv_qp_init_attr_ex *a, uint32_t qpn)
+{
+	return qp_publish(ctx, qp, a, qpn);
+}
+
+static struct ibv_qp *qp_publish(struct hc_context *ctx, struct hc_qp *qp, struct ibv_qp_init_attr_ex *a,
 				 uint32_t qpn)
 {
 	struct ibv_qp *q = &qp->qpx.qp_base;
@@ -140,6 +148,8 @@ static struct ibv_qp *create_tgt(struct ibv_context *c, struct ibv_qp_init_attr_
 struct ibv_qp *hc_create_qp(struct ibv_context *c, struct ibv_qp_init_attr_ex *a, const struct hc_qp_dv *dv)
 {
 	struct hc_context *ctx = hc_ctx(c);
+	if (a->comp_mask & (IBV_QP_INIT_ATTR_IND_TABLE | IBV_QP_INIT_ATTR_RX_HASH))
+		return hc_create_rss_qp(c, a);
 	const uint32_t known = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS | IBV_QP_INIT_ATTR_CREATE_FLAGS;
 	if (!(a->comp_mask & IBV_QP_INIT_ATTR_PD) || !a->pd || (a->comp_mask & ~known)) {
 		errno = a->comp_mask & ~known ? EOPNOTSUPP : EINVAL;
@@ -160,7 +170,8 @@ struct ibv_qp *hc_create_qp(struct ibv_context *c, struct ibv_qp_init_attr_ex *a
 		errno = EINVAL;
 		return NULL;
 	}
-	if (raw && !hc_net_raw()) {
+	int wq = raw && dv && (dv->dev_flags & HC_QPF_NO_SQ);
+	if (raw && !wq && !hc_net_raw()) {
 		errno = EPERM; /* as the kernel: a raw packet QP needs CAP_NET_RAW */
 		return NULL;
 	}
@@ -248,6 +259,8 @@ struct ibv_qp *hc_create_qp(struct ibv_context *c, struct ibv_qp_init_attr_ex *a
 		qflags |= 4; /* drain on signature error */
 	if (raw && (cflags & IBV_QP_CREATE_BLOCK_SELF_MCAST_LB))
 		qflags |= 8; /* block multicast loopback */
+	if (dv)
+		qflags |= dv->dev_flags;
 	hc_put32(in + 20, qflags);
 	if (a->srq)
 		hc_put32(in + 28, hc_srq(a->srq)->srqn);
@@ -409,6 +422,8 @@ static int qp_destroy(struct hc_qp *qp)
 	/* Out of the table and its unread events dropped (under obj_mu, as
 	 * the reader queues them), then the acks of the events handed out
 	 * awaited, as libibverbs does. */
+	if (qp->ind)
+		hc_ind_unref(qp->ind);
 	pthread_mutex_lock(&ctx->obj_mu);
 	if (q->qp_num < ctx->nqps && ctx->qps[q->qp_num] == qp)
 		ctx->qps[q->qp_num] = NULL;
@@ -567,6 +582,8 @@ static void reset_indices(struct hc_qp *qp)
 HC_EXPORT int ibv_modify_qp(struct ibv_qp *q, struct ibv_qp_attr *a, int mask)
 {
 	struct hc_qp *qp = hc_qp(q);
+	if (qp->ind)
+		return EOPNOTSUPP; /* as mlx5: an RSS QP is not modified */
 	if (qp->opened) { /* a handle of ibv_open_qp: the target's */
 		struct ibv_qp *t = &qp->opened->qpx.qp_base;
 		int err = ibv_modify_qp(t, a, mask);
@@ -718,6 +735,8 @@ HC_EXPORT int ibv_modify_qp(struct ibv_qp *q, struct ibv_qp_attr *a, int mask)
 HC_EXPORT int ibv_query_qp(struct ibv_qp *q, struct ibv_qp_attr *a, int mask, struct ibv_qp_init_attr *init)
 {
 	struct hc_qp *qp = hc_qp(q);
+	if (qp->ind)
+		return EOPNOTSUPP; /* as mlx5: nor queried */
 	if (qp->opened) {
 		struct ibv_qp *t = &qp->opened->qpx.qp_base;
 		int err = ibv_query_qp(t, a, mask, init);
@@ -1101,8 +1120,8 @@ int hc_post_recv(struct ibv_qp *q, struct ibv_recv_wr *wr, struct ibv_recv_wr **
 	pthread_mutex_lock(&qp->rmu);
 	uint16_t size = (uint16_t)(1u << qp->rq_log);
 	size_t stride = (size_t)1 << qp->rq_shift;
-	if ((q->qp_type == IBV_QPT_XRC_SEND || q->qp_type == IBV_QPT_XRC_RECV) && wr) {
-		err = ENOMEM; /* an XRC QP has a receive queue of no WQEs, in any state */
+	if ((q->qp_type == IBV_QPT_XRC_SEND || q->qp_type == IBV_QPT_XRC_RECV || qp->ind) && wr) {
+		err = ENOMEM; /* an XRC or RSS QP has a receive queue of no WQEs, in any state */
 		*bad = wr;
 	} else if (q->state == IBV_QPS_RESET) {
 		err = EINVAL;

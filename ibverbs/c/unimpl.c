@@ -39,11 +39,6 @@ UNIMPL_INT(u_dealloc_td, "ibv_dealloc_td")
 UNIMPL_PTR(u_alloc_td, "ibv_alloc_td")
 UNIMPL_INT(u_modify_cq, "ibv_modify_cq")
 UNIMPL_INT(u_post_srq_ops, "ibv_post_srq_ops")
-UNIMPL_INT(u_destroy_rwq, "ibv_destroy_rwq_ind_table")
-UNIMPL_PTR(u_create_rwq, "ibv_create_rwq_ind_table")
-UNIMPL_INT(u_destroy_wq, "ibv_destroy_wq")
-UNIMPL_INT(u_modify_wq, "ibv_modify_wq")
-UNIMPL_PTR(u_create_wq, "ibv_create_wq")
 UNIMPL_INT(u_rt_values, "ibv_query_rt_values_ex")
 
 /* SET stores an UNIMPL function in a table entry of another type: the
@@ -77,11 +72,11 @@ void hc_fill_unimplemented_ops(struct hc_context *ctx)
 	SET(v->alloc_td, u_alloc_td);
 	SET(v->modify_cq, u_modify_cq);
 	SET(v->post_srq_ops, u_post_srq_ops);
-	SET(v->destroy_rwq_ind_table, u_destroy_rwq);
-	SET(v->create_rwq_ind_table, u_create_rwq);
-	SET(v->destroy_wq, u_destroy_wq);
-	SET(v->modify_wq, u_modify_wq);
-	SET(v->create_wq, u_create_wq);
+	v->destroy_rwq_ind_table = hc_destroy_ind_table;
+	v->create_rwq_ind_table = hc_create_ind_table;
+	v->destroy_wq = hc_destroy_wq;
+	v->modify_wq = hc_modify_wq;
+	v->create_wq = hc_create_wq;
 	SET(v->query_rt_values, u_rt_values);
 	v->ibv_create_flow = hc_create_flow;
 	v->ibv_destroy_flow = hc_destroy_flow;

@@ -4,7 +4,10 @@
  * port, nothing of a transport), frames sent with ibv_post_send (the
  * header split across SGEs, and inline) and with the ibv_wr_* API, the
  * frames a flow's specs take and those they do not, EBUSY for a QP with
- * a flow, and the errors of specs, opcodes and flags mlx5 refuses.
+ * a flow, and the errors of specs, opcodes and flags mlx5 refuses; and
+ * receive-side scaling: work queues, an indirection table and an RSS QP
+ * spreading frames from many sources over the work queues, with the
+ * kernel's EBUSY for objects in use.
  * It prints "ok NAME" or "FAIL NAME: why" per check and exits 1 if any
  * failed. ibverbs/baduse_test.go builds and runs it. */
 #include <arpa/inet.h>
@@ -287,6 +290,92 @@ static void bad_flows(void)
 	ibv_destroy_qp(q);
 }
 
+static void rss(void)
+{
+	struct ibv_wq *wqs[2];
+	for (int i = 0; i < 2; i++) {
+		struct ibv_wq_init_attr wa = {.wq_type = IBV_WQT_RQ, .max_wr = 16, .max_sge = 1, .pd = pd, .cq = cq};
+		wqs[i] = ibv_create_wq(ctx, &wa);
+		struct ibv_wq_attr m = {.attr_mask = IBV_WQ_ATTR_STATE, .wq_state = IBV_WQS_RDY};
+		CHECK("create a work queue and make it ready", wqs[i] && !ibv_modify_wq(wqs[i], &m), "errno %d", errno);
+		if (!wqs[i])
+			return;
+		for (int k = 0; k < 16; k++) {
+			struct ibv_sge sg = {.addr = (uintptr_t)(buf + RX_OFF + (i * 16 + k) * 128), .length = 128,
+					     .lkey = mr->lkey};
+			struct ibv_recv_wr wr = {.wr_id = 1000 + i * 16 + k, .sg_list = &sg, .num_sge = 1}, *bad;
+			if (ibv_post_wq_recv(wqs[i], &wr, &bad))
+				die("post wq recv");
+		}
+	}
+	struct ibv_rwq_ind_table_init_attr ta = {.log_ind_tbl_size = 1, .ind_tbl = wqs};
+	struct ibv_rwq_ind_table *tbl = ibv_create_rwq_ind_table(ctx, &ta);
+	CHECK("create an indirection table", tbl != NULL, "errno %d", errno);
+	if (!tbl)
+		return;
+	CHECK("destroy a work queue in a table: EBUSY", ibv_destroy_wq(wqs[0]) == EBUSY, "destroyed");
+	uint8_t key[40];
+	for (int i = 0; i < 40; i++)
+		key[i] = (uint8_t)(0x6d + i * 37);
+	struct ibv_qp_init_attr_ex qa = {
+		.qp_type = IBV_QPT_RAW_PACKET,
+		.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_IND_TABLE | IBV_QP_INIT_ATTR_RX_HASH,
+		.pd = pd,
+		.rwq_ind_tbl = tbl,
+		.rx_hash_conf = {.rx_hash_function = IBV_RX_HASH_FUNC_TOEPLITZ, .rx_hash_key_len = 40, .rx_hash_key = key,
+				 .rx_hash_fields_mask = IBV_RX_HASH_SRC_IPV4 | IBV_RX_HASH_DST_IPV4}};
+	struct ibv_qp *rq = ibv_create_qp_ex(ctx, &qa);
+	CHECK("create an RSS QP", rq != NULL, "errno %d", errno);
+	if (!rq)
+		return;
+	struct ibv_qp_attr a = {.qp_state = IBV_QPS_INIT, .port_num = 1};
+	CHECK("modify an RSS QP: EOPNOTSUPP", ibv_modify_qp(rq, &a, IBV_QP_STATE | IBV_QP_PORT) == EOPNOTSUPP,
+	      "modified");
+	struct ibv_recv_wr rw = {.wr_id = 1}, *rbad;
+	CHECK("post a receive to an RSS QP: ENOMEM", ibv_post_recv(rq, &rw, &rbad) == ENOMEM, "posted");
+	CHECK("destroy a table an RSS QP uses: EBUSY", ibv_destroy_rwq_ind_table(tbl) == EBUSY, "destroyed");
+	struct ibv_flow *fl = eth_udp_flow(rq);
+	CHECK("a flow on the RSS QP", fl != NULL, "errno %d", errno);
+	struct ibv_qp *tx = raw_qp();
+	int per[2] = {0, 0}, bad_wq = 0;
+	for (int k = 0; k < 16; k++) {
+		frame(0, group, 1234, 64, (uint8_t)k);
+		buf[26] = (uint8_t)(10 + k), buf[27] = (uint8_t)(k * 3); /* the source IPv4 address */
+		struct ibv_sge s = {.addr = (uintptr_t)buf, .length = 64, .lkey = mr->lkey};
+		if (post_frame(tx, 2000 + k, &s, 1, 0))
+			die("post frame");
+		struct ibv_wc wc;
+		if (!wait_wc(2000 + k, &wc) || wc.status != IBV_WC_SUCCESS)
+			die("send frame");
+	}
+	for (int k = 0; k < 16; k++) {
+		struct ibv_wc wc;
+		int got = 0;
+		if (nstash) /* kept while the sends were awaited */
+			wc = stash[--nstash], got = 1;
+		for (long spin = 0; spin < 20000000 && !got; spin++)
+			got = ibv_poll_cq(cq, 1, &wc);
+		if (got != 1 || wc.status != IBV_WC_SUCCESS || wc.byte_len != 64) {
+			bad_wq++;
+			continue;
+		}
+		if (wc.qp_num == wqs[0]->wq_num)
+			per[0]++;
+		else if (wc.qp_num == wqs[1]->wq_num)
+			per[1]++;
+		else
+			bad_wq++;
+	}
+	CHECK("16 frames from 16 sources spread over both work queues", !bad_wq && per[0] + per[1] == 16 && per[0] && per[1],
+	      "%d and %d, %d bad", per[0], per[1], bad_wq);
+	ibv_destroy_flow(fl);
+	ibv_destroy_qp(tx);
+	CHECK("destroy the RSS QP", !ibv_destroy_qp(rq), "errno %d", errno);
+	CHECK("destroy the table then", !ibv_destroy_rwq_ind_table(tbl), "errno %d", errno);
+	for (int i = 0; i < 2; i++)
+		CHECK("destroy a work queue then", !ibv_destroy_wq(wqs[i]), "errno %d", errno);
+}
+
 int main(void)
 {
 	uint16_t lid;
@@ -305,6 +394,7 @@ int main(void)
 	}
 	traffic();
 	bad_flows();
+	rss();
 	ibv_dereg_mr(mr);
 	ibv_destroy_cq(cq);
 	ibv_dealloc_pd(pd);
