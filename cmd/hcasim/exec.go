@@ -130,7 +130,15 @@ func runExec(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) error {
 	if old := os.Getenv("LD_LIBRARY_PATH"); old != "" {
 		ld += ":" + old
 	}
-	cmd.Env = append(os.Environ(), "LD_LIBRARY_PATH="+ld, "HCASIM_SOCKET="+sock)
+	env := append(os.Environ(), "LD_LIBRARY_PATH="+ld, "HCASIM_SOCKET="+sock)
+	// The rdma_cm device for the real librdmacm (ibverbs/c/ucma), if built.
+	if pre := filepath.Join(lib, "libhcasim_ucma.so"); fileExists(pre) {
+		if old := os.Getenv("LD_PRELOAD"); old != "" {
+			pre += ":" + old
+		}
+		env = append(env, "LD_PRELOAD="+pre)
+	}
+	cmd.Env = env
 	// The terminal sends SIGINT to the whole group; SIGTERM is passed on.
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
@@ -157,4 +165,10 @@ func runExec(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 	}
+}
+
+// fileExists reports whether path names a file.
+func fileExists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
 }

@@ -46,6 +46,14 @@ const (
 	TypeRingSQ  Type = 0x05 // qpn; no reply
 	TypeRingRQ  Type = 0x06 // qpn; no reply
 	TypeArmCQ   Type = 0x07 // cqn, arm word; a reply when the id is not 0
+	// TypeUcmaOpen opens a connection-manager channel on a connection
+	// without HELLO: no payload, one eventfd the daemon keeps readable
+	// while the channel's events wait; reply: the channel's token (BE64).
+	TypeUcmaOpen Type = 0x08
+	// TypeUcma is one rdma_ucm command (its header and payload as
+	// librdmacm writes them, then the extra bytes of hca/ucma's Command);
+	// reply: the errno (BE32, 0: done) and the response bytes.
+	TypeUcma Type = 0x09
 
 	// Daemon to client.
 	TypeEvents Type = 0x40 // events (type, object), unsolicited
@@ -71,6 +79,10 @@ func (t Type) String() string {
 		return "RING_RQ"
 	case TypeArmCQ:
 		return "ARM_CQ"
+	case TypeUcmaOpen:
+		return "UCMA_OPEN"
+	case TypeUcma:
+		return "UCMA"
 	case TypeEvents:
 		return "EVENTS"
 	case TypeError:

@@ -471,6 +471,14 @@ struct hc_flow {
 struct ibv_flow *hc_create_flow(struct ibv_qp *qp, struct ibv_flow_attr *a);
 int hc_destroy_flow(struct ibv_flow *f);
 int hc_net_raw(void);
+/* libibverbs' marshall.h (not installed by Debian): marshall.c. */
+#include <infiniband/sa.h>
+#include <rdma/ib_user_sa.h>
+#include <rdma/ib_user_verbs.h>
+void ibv_copy_ah_attr_from_kern(struct ibv_ah_attr *dst, struct ib_uverbs_ah_attr *src);
+void ibv_copy_qp_attr_from_kern(struct ibv_qp_attr *dst, struct ib_uverbs_qp_attr *src);
+void ibv_copy_path_rec_from_kern(struct ibv_sa_path_rec *dst, struct ib_user_path_rec *src);
+void ibv_copy_path_rec_to_kern(struct ib_user_path_rec *dst, struct ibv_sa_path_rec *src);
 struct ibv_qp *hc_qp_publish(struct hc_context *ctx, struct hc_qp *qp, struct ibv_qp_init_attr_ex *a, uint32_t qpn);
 struct ibv_qp *hc_create_rss_qp(struct ibv_context *c, struct ibv_qp_init_attr_ex *a);
 void hc_ind_unref(struct hc_ind *t);

@@ -9,6 +9,7 @@ import (
 	"github.com/hcasim/hcasim/hca/remote"
 	"log/slog"
 	"net"
+	"net/netip"
 	"os"
 	"sync"
 	"syscall"
@@ -19,6 +20,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/hcasim/hcasim/hca"
+	"github.com/hcasim/hcasim/hca/ucma"
 )
 
 // Server serves a device's functions over Unix sockets: every connection
@@ -40,6 +42,7 @@ type Server struct {
 
 	mu        sync.Mutex
 	listeners map[*net.UnixListener]struct{}
+	cm        *ucma.Service // the connection manager, made by the first UCMA_OPEN
 	conns     map[*conn]struct{}
 	stopping  bool
 	// served runs one goroutine per connection; Shutdown waits for them.
@@ -203,6 +206,9 @@ type conn struct {
 
 	stop  chan struct{}
 	tasks errgroup.Group // the event forwarder; close waits for it
+
+	cm  *ucma.Channel // a connection-manager connection's channel (UCMA_OPEN), under mu
+	efd int           // its eventfd
 }
 
 func (c *conn) serve() {
@@ -294,12 +300,15 @@ func (c *conn) handle(p []byte, fds []int, ferr error) (reply []byte, fatal bool
 	if ferr != nil {
 		return fail(remote.StatusBadFD, "%v", ferr)
 	}
-	if h.Type != remote.TypeMapMem && len(fds) > 0 {
+	if h.Type != remote.TypeMapMem && h.Type != remote.TypeUcmaOpen && len(fds) > 0 {
 		return fail(remote.StatusBadFD, "%v carries no descriptor", h.Type)
 	}
 	c.mu.Lock()
 	fn := c.fn
 	c.mu.Unlock()
+	if h.Type == remote.TypeUcmaOpen || h.Type == remote.TypeUcma {
+		return c.ucma(h, pl, fds)
+	}
 	if fn == nil && h.Type != remote.TypeHello {
 		return remote.Encode(nil, remote.TypeError, h.ID, remote.ErrorPayload(remote.StatusNotReady, "the first message must be HELLO")), true
 	}
@@ -594,7 +603,13 @@ func (c *conn) close() {
 	c.mu.Lock()
 	fn := c.fn
 	c.fn = nil
+	cm, efd := c.cm, c.efd
+	c.cm = nil
 	c.mu.Unlock()
+	if cm != nil {
+		cm.Close()
+		unix.Close(efd)
+	}
 	if fn != nil {
 		fn.Close()
 	}
@@ -645,3 +660,65 @@ func closeFDs(fds []int) {
 
 func be32(b []byte) uint32 { return binary.BigEndian.Uint32(b) }
 func be64(b []byte) uint64 { return binary.BigEndian.Uint64(b) }
+
+// ucma serves a connection-manager connection: UCMA_OPEN (with its
+// eventfd) makes it one, then each UCMA message is one rdma_ucm command.
+func (c *conn) ucma(h remote.Header, pl []byte, fds []int) ([]byte, bool) {
+	fail := func(st remote.Status, msg string) ([]byte, bool) {
+		return remote.Encode(nil, remote.TypeError, h.ID, remote.ErrorPayload(st, msg)), false
+	}
+	c.mu.Lock()
+	fn, cm := c.fn, c.cm
+	c.mu.Unlock()
+	if h.Type == remote.TypeUcma {
+		if cm == nil {
+			return remote.Encode(nil, remote.TypeError, h.ID, remote.ErrorPayload(remote.StatusNotReady, "UCMA before UCMA_OPEN")), true
+		}
+		errno, resp := cm.Command(pl)
+		r := binary.BigEndian.AppendUint32(make([]byte, 0, 4+len(resp)), uint32(errno))
+		return remote.Encode(nil, remote.TypeUcma|remote.ReplyBit, h.ID, append(r, resp...)), false
+	}
+	switch {
+	case fn != nil || cm != nil:
+		return fail(remote.StatusBadMessage, "UCMA_OPEN on a connection that has a function or a channel")
+	case len(pl) != 0:
+		return fail(remote.StatusBadMessage, "UCMA_OPEN has no payload")
+	case len(fds) != 1:
+		return fail(remote.StatusBadFD, fmt.Sprintf("UCMA_OPEN with %d descriptors, want 1", len(fds)))
+	}
+	efd := fds[0]
+	fds[0] = -1
+	ch := c.s.cmService().Open(func(readable bool) { signalFD(efd, readable) })
+	c.mu.Lock()
+	c.cm, c.efd = ch, efd
+	c.mu.Unlock()
+	return remote.Encode(nil, remote.TypeUcmaOpen|remote.ReplyBit, h.ID, binary.BigEndian.AppendUint64(nil, ch.Token())), false
+}
+
+// signalFD makes an eventfd readable (a count of 1) or drains it: the
+// channel's events wait, or none do.
+func signalFD(fd int, readable bool) {
+	var b [8]byte
+	if readable {
+		b[0] = 1
+		unix.Write(fd, b[:])
+		return
+	}
+	p := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+	if n, _ := unix.Poll(p, 0); n == 1 {
+		unix.Read(fd, b[:])
+	}
+}
+
+// cmService returns the device's connection manager.
+func (s *Server) cmService() *ucma.Service {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cm == nil {
+		gid, _ := s.Dev.SourceGID(3) // the RoCEv2 GID of the port's address
+		own := netip.AddrFrom16(gid).Unmap()
+		s.cm = ucma.New(ucma.Device{GUID: ifc.NodeGUID(s.Dev.LID()), GID: gid, SGIDIndex: 3,
+			Local: func(a netip.Addr) bool { return a.IsLoopback() || a == own }})
+	}
+	return s.cm
+}

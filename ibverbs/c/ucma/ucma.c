@@ -1,0 +1,409 @@
+/* libhcasim_ucma.so: the rdma_cm character device for the real librdmacm,
+ * preloaded by `hcasim exec`. librdmacm talks to the kernel's rdma_ucm
+ * only through the fd of /dev/infiniband/rdma_cm: each command is one
+ * write() of struct rdma_ucm_cmd_hdr and its payload, answers are written
+ * to the `response` pointer the payload carries, and the fd polls
+ * readable while events wait. This object catches the open of that one
+ * path (handing back an eventfd), fstat on it (a character device),
+ * write and close; every command goes to the daemon's CM service over a
+ * connection of its own (docs/PROTOCOL.md, UCMA_OPEN and UCMA), which
+ * answers it and keeps the eventfd readable exactly while events wait.
+ * Everything else passes through untouched. The CM itself is the
+ * daemon's (hca/ucma): this is a translator, as the libibverbs front end
+ * is. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#define CM_PATH "/dev/infiniband/rdma_cm"
+#define MAX_FD 4096
+#define HDR 12
+#define MAX_MSG 65536
+#define T_UCMA_OPEN 0x08
+#define T_UCMA 0x09
+#define T_ERROR 0x41
+#define REPLY 0x80
+
+/* Commands (rdma/rdma_user_cm.h) whose payload carries a response pointer,
+ * and where. */
+enum { C_CREATE_ID = 0, C_DESTROY_ID = 1, C_QUERY_ROUTE = 5, C_INIT_QP_ATTR = 11, C_GET_EVENT = 12,
+       C_SET_OPTION = 14, C_JOIN_IP_MCAST = 16, C_LEAVE_MCAST = 17, C_MIGRATE_ID = 18, C_QUERY = 19,
+       C_JOIN_MCAST = 22 };
+
+struct chan {
+	int sock;	   /* this channel's connection to the daemon */
+	uint64_t token;	   /* the daemon's name for the channel (MIGRATE_ID) */
+	pthread_mutex_t mu; /* one command in flight */
+};
+
+static struct chan *chans[MAX_FD];
+static pthread_mutex_t chans_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static struct chan *chan_of(int fd)
+{
+	if (fd < 0 || fd >= MAX_FD)
+		return NULL;
+	return __atomic_load_n(&chans[fd], __ATOMIC_ACQUIRE);
+}
+
+static void put16(uint8_t *p, uint16_t v) { p[0] = (uint8_t)(v >> 8), p[1] = (uint8_t)v; }
+static void put32(uint8_t *p, uint32_t v)
+{
+	put16(p, (uint16_t)(v >> 16));
+	put16(p + 2, (uint16_t)v);
+}
+static uint32_t get32(const uint8_t *p) { return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | p[2] << 8 | p[3]; }
+
+/* send_msg sends one message, with fd as SCM_RIGHTS if fd >= 0. */
+static int send_msg(int sock, int type, const void *a, size_t alen, const void *b, size_t blen, int fd)
+{
+	uint8_t h[HDR];
+	put16(h, (uint16_t)type);
+	put16(h + 2, 0);
+	put32(h + 4, 1);
+	put32(h + 8, (uint32_t)(alen + blen));
+	struct iovec iov[3] = {{h, HDR}, {(void *)a, alen}, {(void *)b, blen}};
+	struct msghdr m = {.msg_iov = iov, .msg_iovlen = 3};
+	union {
+		struct cmsghdr c;
+		char buf[CMSG_SPACE(sizeof(int))];
+	} ctl;
+	if (fd >= 0) {
+		memset(&ctl, 0, sizeof ctl);
+		m.msg_control = ctl.buf;
+		m.msg_controllen = sizeof ctl.buf;
+		struct cmsghdr *c = CMSG_FIRSTHDR(&m);
+		c->cmsg_level = SOL_SOCKET;
+		c->cmsg_type = SCM_RIGHTS;
+		c->cmsg_len = CMSG_LEN(sizeof(int));
+		memcpy(CMSG_DATA(c), &fd, sizeof fd);
+	}
+	for (;;) {
+		if (sendmsg(sock, &m, MSG_NOSIGNAL) >= 0)
+			return 0;
+		if (errno != EINTR)
+			return errno ? errno : EIO;
+	}
+}
+
+/* recv_reply reads the reply to a message of type; it returns its payload
+ * length, or -1 with errno (EIO: the daemon is gone or answered ERROR). */
+static ssize_t recv_reply(int sock, int type, uint8_t *buf, size_t cap)
+{
+	for (;;) {
+		ssize_t n = recv(sock, buf, cap, 0);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < HDR || (size_t)n - HDR != get32(buf + 8) || ((buf[0] << 8 | buf[1]) != (REPLY | type))) {
+			errno = n < 0 && errno ? errno : EIO;
+			if (n >= 0)
+				errno = ENODEV; /* gone, or an ERROR: the device went away */
+			return -1;
+		}
+		return n - HDR;
+	}
+}
+
+static int sys_close(int fd) { return (int)syscall(SYS_close, fd); }
+
+/* open_chan makes the fd of a new channel: an eventfd the daemon keeps
+ * readable while events wait, and a connection to the daemon. */
+static int open_chan(int flags)
+{
+	const char *path = getenv("HCASIM_SOCKET");
+	struct sockaddr_un a = {.sun_family = AF_UNIX};
+	if (!path || !*path || strlen(path) >= sizeof a.sun_path) {
+		errno = ENOENT;
+		return -1;
+	}
+	strcpy(a.sun_path, path);
+	int efd = eventfd(0, (flags & O_CLOEXEC) ? EFD_CLOEXEC : 0);
+	if (efd < 0)
+		return -1;
+	if (efd >= MAX_FD) {
+		sys_close(efd);
+		errno = EMFILE;
+		return -1;
+	}
+	int s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	struct chan *c = calloc(1, sizeof *c);
+	uint8_t buf[64];
+	int err = s < 0 || !c ? ENOMEM : 0;
+	if (!err && connect(s, (struct sockaddr *)&a, sizeof a))
+		err = ENOENT; /* no daemon: no device, as without the module */
+	if (!err)
+		err = send_msg(s, T_UCMA_OPEN, NULL, 0, NULL, 0, efd);
+	ssize_t n = err ? -1 : recv_reply(s, T_UCMA_OPEN, buf, sizeof buf);
+	if (!err && n != 8)
+		err = ENODEV;
+	if (err) {
+		if (s >= 0)
+			sys_close(s);
+		sys_close(efd);
+		free(c);
+		errno = err;
+		return -1;
+	}
+	c->sock = s;
+	c->token = (uint64_t)get32(buf + HDR) << 32 | get32(buf + HDR + 4);
+	pthread_mutex_init(&c->mu, NULL);
+	pthread_mutex_lock(&chans_mu);
+	__atomic_store_n(&chans[efd], c, __ATOMIC_RELEASE);
+	pthread_mutex_unlock(&chans_mu);
+	return efd;
+}
+
+static int is_cm_path(const char *path) { return path && !strcmp(path, CM_PATH); }
+
+static int resp_off(uint32_t cmd)
+{
+	switch (cmd) {
+	case C_CREATE_ID:
+		return 8;
+	case C_DESTROY_ID:
+	case C_QUERY_ROUTE:
+	case C_INIT_QP_ATTR:
+	case C_GET_EVENT:
+	case C_JOIN_IP_MCAST:
+	case C_LEAVE_MCAST:
+	case C_MIGRATE_ID:
+	case C_QUERY:
+	case C_JOIN_MCAST:
+		return 0;
+	}
+	return -1;
+}
+
+/* command sends one command and writes its answer to the response
+ * pointer; it returns 0 or an errno. */
+static int command(struct chan *c, const uint8_t *cmd, size_t len, uint32_t op, uint16_t out)
+{
+	uint8_t extra[256 + 8];
+	size_t nextra = 0;
+	const uint8_t *pl = cmd + 8;
+	size_t plen = len - 8;
+	if (op == C_SET_OPTION && plen >= 24) { /* the option's value travels with it */
+		uint64_t p;
+		uint32_t optlen;
+		memcpy(&p, pl, 8);
+		memcpy(&optlen, pl + 20, 4);
+		if (optlen > 256)
+			return EINVAL;
+		if (optlen && !p)
+			return EFAULT;
+		memcpy(extra, (const void *)(uintptr_t)p, optlen);
+		nextra = optlen;
+	}
+	if (op == C_MIGRATE_ID && plen >= 16) { /* the channel moved to, by its token */
+		uint32_t fd;
+		memcpy(&fd, pl + 12, 4);
+		struct chan *to = chan_of((int)fd);
+		if (!to)
+			return EBADF;
+		for (int i = 0; i < 8; i++)
+			extra[i] = (uint8_t)(to->token >> (56 - 8 * i));
+		nextra = 8;
+	}
+	static __thread uint8_t buf[MAX_MSG];
+	int err = send_msg(c->sock, T_UCMA, cmd, len, extra, nextra, -1);
+	if (err)
+		return ENODEV;
+	ssize_t n = recv_reply(c->sock, T_UCMA, buf, sizeof buf);
+	if (n < 4)
+		return ENODEV;
+	uint32_t e = get32(buf + HDR);
+	if (e)
+		return (int)e;
+	int off = resp_off(op);
+	size_t got = (size_t)n - 4;
+	if (off >= 0 && out && plen >= (size_t)off + 8) {
+		uint64_t p;
+		memcpy(&p, pl + off, 8);
+		if (!p)
+			return EFAULT;
+		memcpy((void *)(uintptr_t)p, buf + HDR + 4, got < out ? got : out);
+	}
+	return 0;
+}
+
+/* cm_write is write() on a channel: one command, which returns the bytes
+ * written or -1 with errno, as the kernel's ucma_write. */
+static ssize_t cm_write(struct chan *c, int fd, const void *b, size_t len)
+{
+	uint8_t cmd[8 + 512];
+	if (len < 8 || len > sizeof cmd) {
+		errno = EINVAL;
+		return -1;
+	}
+	memcpy(cmd, b, len);
+	uint32_t op;
+	uint16_t in, out;
+	memcpy(&op, cmd, 4);
+	memcpy(&in, cmd + 4, 2);
+	memcpy(&out, cmd + 6, 2);
+	if ((size_t)in + 8 != len) {
+		errno = EINVAL;
+		return -1;
+	}
+	for (;;) {
+		pthread_mutex_lock(&c->mu);
+		int err = command(c, cmd, len, op, out);
+		pthread_mutex_unlock(&c->mu);
+		if (err == EAGAIN && op == C_GET_EVENT && !(fcntl(fd, F_GETFL) & O_NONBLOCK)) {
+			/* A blocking GET_EVENT: wait until the daemon makes the fd
+			 * readable (an event waits), then ask again. */
+			struct pollfd p = {.fd = fd, .events = POLLIN};
+			if (poll(&p, 1, -1) < 0 && errno != EINTR)
+				return -1;
+			continue;
+		}
+		if (err) {
+			errno = err;
+			return -1;
+		}
+		return (ssize_t)len;
+	}
+}
+
+#define REAL(name, ret, ...)                                                                                           \
+	static ret (*real_##name)(__VA_ARGS__);                                                                        \
+	static ret (*get_##name(void))(__VA_ARGS__)                                                                    \
+	{                                                                                                              \
+		if (!real_##name)                                                                                      \
+			real_##name = (ret(*)(__VA_ARGS__))dlsym(RTLD_NEXT, #name);                                    \
+		return real_##name;                                                                                    \
+	}
+
+REAL(open, int, const char *, int, ...)
+REAL(open64, int, const char *, int, ...)
+REAL(openat, int, int, const char *, int, ...)
+REAL(openat64, int, int, const char *, int, ...)
+REAL(__open_2, int, const char *, int)
+REAL(__open64_2, int, const char *, int)
+REAL(fstat, int, int, struct stat *)
+REAL(fstat64, int, int, struct stat64 *)
+REAL(write, ssize_t, int, const void *, size_t)
+REAL(close, int, int)
+
+int __open_2(const char *path, int flags);
+int __open64_2(const char *path, int flags);
+
+#define MODE_ARG(flags, mode)                                                                                          \
+	mode_t mode = 0;                                                                                               \
+	if ((flags) & (O_CREAT | __O_TMPFILE)) {                                                                       \
+		va_list ap;                                                                                            \
+		va_start(ap, flags);                                                                                   \
+		mode = va_arg(ap, mode_t);                                                                             \
+		va_end(ap);                                                                                            \
+	}
+
+__attribute__((visibility("default"))) int open(const char *path, int flags, ...)
+{
+	MODE_ARG(flags, mode)
+	if (is_cm_path(path))
+		return open_chan(flags);
+	return get_open()(path, flags, mode);
+}
+
+__attribute__((visibility("default"))) int open64(const char *path, int flags, ...)
+{
+	MODE_ARG(flags, mode)
+	if (is_cm_path(path))
+		return open_chan(flags);
+	return get_open64()(path, flags, mode);
+}
+
+__attribute__((visibility("default"))) int openat(int dir, const char *path, int flags, ...)
+{
+	MODE_ARG(flags, mode)
+	if (is_cm_path(path))
+		return open_chan(flags);
+	return get_openat()(dir, path, flags, mode);
+}
+
+__attribute__((visibility("default"))) int openat64(int dir, const char *path, int flags, ...)
+{
+	MODE_ARG(flags, mode)
+	if (is_cm_path(path))
+		return open_chan(flags);
+	return get_openat64()(dir, path, flags, mode);
+}
+
+__attribute__((visibility("default"))) int __open_2(const char *path, int flags)
+{
+	if (is_cm_path(path))
+		return open_chan(flags);
+	return get___open_2()(path, flags);
+}
+
+__attribute__((visibility("default"))) int __open64_2(const char *path, int flags)
+{
+	if (is_cm_path(path))
+		return open_chan(flags);
+	return get___open64_2()(path, flags);
+}
+
+/* A channel says it is a character device (librdmacm's open_cdev checks). */
+static void chardev(struct stat *st)
+{
+	memset(st, 0, sizeof *st);
+	st->st_mode = S_IFCHR | 0666;
+	st->st_rdev = makedev(231, 255);
+}
+
+__attribute__((visibility("default"))) int fstat(int fd, struct stat *st)
+{
+	if (chan_of(fd)) {
+		chardev(st);
+		return 0;
+	}
+	return get_fstat()(fd, st);
+}
+
+__attribute__((visibility("default"))) int fstat64(int fd, struct stat64 *st)
+{
+	if (chan_of(fd)) {
+		chardev((struct stat *)st); /* the same layout on 64-bit */
+		return 0;
+	}
+	return get_fstat64()(fd, st);
+}
+
+__attribute__((visibility("default"))) ssize_t write(int fd, const void *b, size_t len)
+{
+	struct chan *c = chan_of(fd);
+	if (c)
+		return cm_write(c, fd, b, len);
+	return get_write()(fd, b, len);
+}
+
+__attribute__((visibility("default"))) int close(int fd)
+{
+	pthread_mutex_lock(&chans_mu);
+	struct chan *c = chan_of(fd);
+	if (c)
+		__atomic_store_n(&chans[fd], NULL, __ATOMIC_RELEASE);
+	pthread_mutex_unlock(&chans_mu);
+	if (c) { /* the daemon destroys the channel's ids when its connection ends */
+		sys_close(c->sock);
+		pthread_mutex_destroy(&c->mu);
+		free(c);
+	}
+	return get_close()(fd);
+}
