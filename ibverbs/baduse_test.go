@@ -105,7 +105,7 @@ func TestCallers(t *testing.T) {
 	}{
 		{"fi_info", "libfabric-bin", []string{"-p", "verbs"}},
 		{"ucx_info", "ucx-utils", []string{"-d"}},
-		{"ib_write_bw", "perftest", []string{"-R", "-p", strconv.Itoa(frontendtest.FreePort(t))}},
+		{"ib_write_bw", "perftest", []string{"-R", "-p", strconv.Itoa(frontendtest.FreePort(t)), "127.0.0.1"}}, // no server: rejected
 		{"rping", "rdmacm-utils", []string{"-c", "-a", "127.0.0.1", "-C", "1"}},
 	} {
 		frontendtest.Need(t, c.prog, c.pkg)

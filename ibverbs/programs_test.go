@@ -269,3 +269,41 @@ func TestKilledPeer(t *testing.T) {
 	args2 := []string{bw, "-d", "hcasim0", "-n", "50"}
 	frontendtest.Pair(t, 60*time.Second, lib, sock, args2, args2)
 }
+
+// TestRdmaCM: rdmacm-utils' programs, unmodified, over the real librdmacm
+// and hcasim's rdma_cm device (libhcasim_ucma.so and the daemon's CM):
+// rping (RC: SEND/RECV, RDMA READ and WRITE, verified with -V), ucmatose
+// (several connections on one channel), udaddy (UD over SIDR, with the
+// AH from the event) and rdma_server/rdma_client (the rdma_verbs.h
+// helpers), each side a process of its own on one daemon.
+func TestRdmaCM(t *testing.T) {
+	lib := frontendtest.Lib(t)
+	sock := frontendtest.Daemon(t)
+	for _, c := range []struct {
+		name, pkg      string
+		port           int // 0: a free one, given with -p
+		server, client []string
+		want           string
+	}{
+		{"rping", "rdmacm-utils", 0, []string{"-s", "-a", "127.0.0.1", "-C", "20", "-V"}, []string{"-c", "-a", "127.0.0.1", "-C", "20", "-V"}, ""},
+		{"rping", "rdmacm-utils", 0, []string{"-s", "-a", "127.0.0.1", "-C", "5", "-S", "4096", "-V"}, []string{"-c", "-a", "127.0.0.1", "-C", "5", "-S", "4096", "-V"}, ""},
+		{"ucmatose", "rdmacm-utils", 0, []string{"-c", "4", "-C", "20"}, []string{"-s", "127.0.0.1", "-c", "4", "-C", "20"}, "test complete"},
+		{"udaddy", "rdmacm-utils", 7174, []string{"-c", "2"}, []string{"-s", "127.0.0.1", "-c", "2"}, "test complete"},
+		{"rdma_server", "rdmacm-utils", 0, nil, nil, "end 0"},
+		{"ib_write_bw", "perftest", 0, []string{"-R", "-n", "200"}, []string{"-R", "-n", "200", "127.0.0.1"}, "BW average"},
+		{"ib_send_lat", "perftest", 0, []string{"-R", "-n", "200"}, []string{"-R", "-n", "200", "127.0.0.1"}, "t_typical"},
+		{"ib_read_bw", "perftest", 0, []string{"-R", "-n", "200", "-s", "65536"}, []string{"-R", "-n", "200", "-s", "65536", "127.0.0.1"}, "BW average"},
+	} {
+		t.Run(strings.Join(append([]string{c.name}, c.client...), " "), func(t *testing.T) {
+			prog := frontendtest.Need(t, c.name, c.pkg)
+			cli, cargs := prog, c.client
+			if c.name == "rdma_server" {
+				cli, cargs = frontendtest.Need(t, "rdma_client", c.pkg), []string{"-s", "127.0.0.1"}
+			}
+			so, co := frontendtest.CMPair(t, 60*time.Second, lib, sock, c.port, append([]string{prog}, c.server...), append([]string{cli}, cargs...))
+			if c.want != "" && (!strings.Contains(so, c.want) || !strings.Contains(co, c.want)) {
+				t.Errorf("no %q:\nserver:\n%s\nclient:\n%s", c.want, so, co)
+			}
+		})
+	}
+}

@@ -122,7 +122,7 @@ const (
 	QPInSizeRSS   = QPInRSSWQNs
 	RSSKeySize    = 40
 	RSSMaxLogTbl  = 8
-	QPNOff            = 8 // CREATE_QP output; DESTROY_QP, modify and QUERY_QP input
+	QPNOff        = 8 // CREATE_QP output; DESTROY_QP, modify and QUERY_QP input
 
 	// Modify QP input (RST2INIT … RTS2SQD): qpn at 8, opt_param_mask at
 	// 12, the QP context from 16. RST2INIT always takes the access flags;

@@ -174,6 +174,15 @@ func FuzzMessages(f *testing.F) {
 	f.Add(fzInput(0, fzPacket{fzEncode, typed(remote.TypeHello, helloPayload(remote.Magic, 9))}))
 	f.Add(fzInput(0, fzPacket{fzEncode, typed(remote.TypeRingRQ, []byte{0, 0, 1, 0})}))
 	f.Add(fzInput(fzHello, fzPacket{fzEncode, typed(0x55, nil)}, fzPacket{fzEncode, typed(remote.TypeEvents, make([]byte, 8))}))
+	// A connection-manager connection: UCMA_OPEN with its eventfd (here a
+	// memfd), then CREATE_ID and GET_EVENT; and UCMA before UCMA_OPEN.
+	createID := append([]byte{0, 0, 0, 0, 24, 0, 4, 0}, make([]byte, 24)...)
+	createID[8+16], createID[8+17] = 0x06, 0x01
+	f.Add(fzInput(0, fzPacket{fzEncode | fzFD, typed(remote.TypeUcmaOpen, nil)},
+		fzPacket{fzEncode, typed(remote.TypeUcma, createID)},
+		fzPacket{fzEncode, typed(remote.TypeUcma, append([]byte{12, 0, 0, 0, 8, 0, 0x50, 1}, make([]byte, 8)...))}))
+	f.Add(fzInput(0, fzPacket{fzEncode, typed(remote.TypeUcma, createID)}))
+	f.Add(fzInput(fzHello, fzPacket{fzEncode | fzFD, typed(remote.TypeUcmaOpen, nil)}))
 	f.Add([]byte{fzHello})
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, in []byte) {
@@ -310,6 +319,14 @@ func fuzzRead(c *net.UnixConn, ids map[uint32]bool) error {
 		case h.Type == remote.TypeCommand|remote.ReplyBit:
 			if len(p) < ifc.OutHeaderSize {
 				return errors.New("a COMMAND reply shorter than a mailbox header")
+			}
+		case h.Type == remote.TypeUcmaOpen|remote.ReplyBit:
+			if len(p) != 8 {
+				return errors.New("a UCMA_OPEN reply without its token")
+			}
+		case h.Type == remote.TypeUcma|remote.ReplyBit:
+			if len(p) < 4 {
+				return errors.New("a UCMA reply without its errno")
 			}
 		case sizes[h.Type] != 0:
 			if len(p) != sizes[h.Type] {

@@ -848,3 +848,15 @@ func (c *call) setOption(id *cmID) syscall.Errno {
 	}
 	return 0
 }
+
+// Listening reports whether an id listens on port (in any port space).
+func (s *Service) Listening(port uint16) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for k, ids := range s.ports {
+		if k.port == port && slices.ContainsFunc(ids, func(id *cmID) bool { return id.st == stListen }) {
+			return true
+		}
+	}
+	return false
+}

@@ -107,6 +107,7 @@ func Daemon(t testing.TB) string {
 		t.Fatal(err)
 	}
 	srv := &daemon.Server{Dev: dev}
+	servers.Store(sock, srv)
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(l) }()
 	t.Cleanup(func() {
@@ -117,6 +118,45 @@ func Daemon(t testing.TB) string {
 	return sock
 }
 
+// servers are the daemons Daemon started, by socket.
+var servers sync.Map
+
+// CMPair runs an rdma_cm server program on the daemon at sock (one of
+// Daemon's), waits until it listens on its CM port, then the client, and
+// returns both outputs; both must succeed. With port 0 both get "-p
+// PORT" of a free port; otherwise the programs use port by themselves.
+func CMPair(t testing.TB, timeout time.Duration, lib, sock string, port int, server, client []string) (string, string) {
+	t.Helper()
+	v, ok := servers.Load(sock)
+	if !ok {
+		t.Fatalf("CMPair needs a daemon of Daemon: %s", sock)
+	}
+	srv := v.(*daemon.Server)
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	sargs, cargs := server[1:], client[1:]
+	if port == 0 {
+		port = FreePort(t)
+		p := strconv.Itoa(port)
+		sargs, cargs = append(sargs, "-p", p), append(cargs, "-p", p)
+	}
+	sp := Start(ctx, t, lib, sock, server[0], sargs...)
+	for deadline := time.Now().Add(timeout); !srv.CMListening(uint16(port)); time.Sleep(10 * time.Millisecond) {
+		if sp.Exited() || time.Now().After(deadline) {
+			t.Fatalf("%s did not listen on CM port %d within %v:\n%s", server[0], port, timeout, sp.Output())
+		}
+	}
+	cp := Start(ctx, t, lib, sock, client[0], cargs...)
+	cerr, serr := cp.Wait(), sp.Wait()
+	so, co := sp.Output(), cp.Output()
+	if cerr != nil || serr != nil {
+		t.Fatalf("server %v: %v, client %v: %v\nserver:\n%s\nclient:\n%s", server, serr, client, cerr, so, co)
+	}
+	NoUnimplemented(t, so)
+	NoUnimplemented(t, co)
+	return so, co
+}
+
 // Env returns the environment a program needs to use the library in lib
 // and the daemon at sock.
 func Env(lib, sock string) []string {
@@ -124,7 +164,15 @@ func Env(lib, sock string) []string {
 	if old := os.Getenv("LD_LIBRARY_PATH"); old != "" {
 		ld += ":" + old
 	}
-	return append(os.Environ(), "LD_LIBRARY_PATH="+ld, "HCASIM_SOCKET="+sock, "HCASIM_QUIET=1")
+	env := append(os.Environ(), "LD_LIBRARY_PATH="+ld, "HCASIM_SOCKET="+sock, "HCASIM_QUIET=1")
+	// The rdma_cm device for librdmacm, as hcasim exec preloads it.
+	if pre := filepath.Join(lib, "libhcasim_ucma.so"); fileExists(pre) {
+		if old := os.Getenv("LD_PRELOAD"); old != "" {
+			pre += ":" + old
+		}
+		env = append(env, "LD_PRELOAD="+pre)
+	}
+	return env
 }
 
 // Proc is a program started with Start.
@@ -330,4 +378,9 @@ func NoUnimplementedExcept(t testing.TB, out string, allowed []string) {
 			t.Errorf("the program called a verb hcasim does not implement: %s", name)
 		}
 	}
+}
+
+func fileExists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
 }

@@ -392,6 +392,9 @@ func (c *conn) hello(h remote.Header, pl []byte) ([]byte, bool) {
 	if c.fn != nil {
 		return refuse(remote.StatusBadMessage, "a second HELLO")
 	}
+	if c.cm != nil {
+		return refuse(remote.StatusBadMessage, "HELLO on a connection-manager connection")
+	}
 	// No new function once Shutdown began: quiesce would miss it (an
 	// accepted connection may send HELLO during the grace period). Checked
 	// with c.mu held, so that a HELLO that passes is seen by quiesce.
@@ -721,4 +724,13 @@ func (s *Server) cmService() *ucma.Service {
 			Local: func(a netip.Addr) bool { return a.IsLoopback() || a == own }})
 	}
 	return s.cm
+}
+
+// CMListening reports whether an rdma_cm id of this daemon listens on
+// port (for tests that start an rdma_cm server, then its client).
+func (s *Server) CMListening(port uint16) bool {
+	s.mu.Lock()
+	cm := s.cm
+	s.mu.Unlock()
+	return cm != nil && cm.Listening(port)
 }
