@@ -275,7 +275,8 @@ func TestKilledPeer(t *testing.T) {
 // rping (RC: SEND/RECV, RDMA READ and WRITE, verified with -V), ucmatose
 // (several connections on one channel), udaddy (UD over SIDR, with the
 // AH from the event) and rdma_server/rdma_client (the rdma_verbs.h
-// helpers), each side a process of its own on one daemon.
+// helpers), perftest -R, fio's rdma engine and libfabric's verbs provider
+// (fi_pingpong), each side a process of its own on one daemon.
 func TestRdmaCM(t *testing.T) {
 	lib := frontendtest.Lib(t)
 	sock := frontendtest.Daemon(t)
@@ -291,6 +292,13 @@ func TestRdmaCM(t *testing.T) {
 		{"udaddy", "rdmacm-utils", 7174, []string{"-c", "2"}, []string{"-s", "127.0.0.1", "-c", "2"}, "test complete"},
 		{"rdma_server", "rdmacm-utils", 0, nil, nil, "end 0"},
 		{"ib_write_bw", "perftest", 0, []string{"-R", "-n", "200"}, []string{"-R", "-n", "200", "127.0.0.1"}, "BW average"},
+		// libfabric's verbs provider (FI_EP_MSG over rdma_cm), on fi_pingpong's own port.
+		{"fi_pingpong", "libfabric-bin", 47592, []string{"-p", "verbs", "-e", "msg", "-I", "100"}, []string{"-p", "verbs", "-e", "msg", "-I", "100", "127.0.0.1"}, "1m "},
+		// fio's rdma engine: the reader is its server, the writer its client.
+		{"fio", "fio", 7199, []string{"--name=srv", "--ioengine=rdma", "--hostname=127.0.0.1", "--port=7199", "--bs=64k", "--size=16m", "--rw=read", "--verb=write"},
+			[]string{"--name=cli", "--ioengine=rdma", "--hostname=127.0.0.1", "--port=7199", "--bs=64k", "--size=16m", "--rw=write", "--verb=write"}, "err= 0"},
+		{"fio", "fio", 7198, []string{"--name=srv", "--ioengine=rdma", "--hostname=127.0.0.1", "--port=7198", "--bs=16k", "--size=8m", "--rw=read", "--verb=read", "--iodepth=4"},
+			[]string{"--name=cli", "--ioengine=rdma", "--hostname=127.0.0.1", "--port=7198", "--bs=16k", "--size=8m", "--rw=write", "--verb=read", "--iodepth=4"}, "err= 0"},
 		{"ib_send_lat", "perftest", 0, []string{"-R", "-n", "200"}, []string{"-R", "-n", "200", "127.0.0.1"}, "t_typical"},
 		{"ib_read_bw", "perftest", 0, []string{"-R", "-n", "200", "-s", "65536"}, []string{"-R", "-n", "200", "-s", "65536", "127.0.0.1"}, "BW average"},
 	} {

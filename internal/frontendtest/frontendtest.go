@@ -123,7 +123,8 @@ var servers sync.Map
 
 // CMPair runs an rdma_cm server program on the daemon at sock (one of
 // Daemon's), waits until it listens on its CM port, then the client, and
-// returns both outputs; both must succeed. With port 0 both get "-p
+// returns both outputs; both must succeed. A program that first listens
+// on a TCP port of that number counts as listening. With port 0 both get "-p
 // PORT" of a free port; otherwise the programs use port by themselves.
 func CMPair(t testing.TB, timeout time.Duration, lib, sock string, port int, server, client []string) (string, string) {
 	t.Helper()
@@ -141,7 +142,8 @@ func CMPair(t testing.TB, timeout time.Duration, lib, sock string, port int, ser
 		sargs, cargs = append(sargs, "-p", p), append(cargs, "-p", p)
 	}
 	sp := Start(ctx, t, lib, sock, server[0], sargs...)
-	for deadline := time.Now().Add(timeout); !srv.CMListening(uint16(port)); time.Sleep(10 * time.Millisecond) {
+	// Listening on the CM port, or (fi_pingpong) on a TCP port of the same number for its own handshake.
+	for deadline := time.Now().Add(timeout); !srv.CMListening(uint16(port)) && !Listening(port); time.Sleep(10 * time.Millisecond) {
 		if sp.Exited() || time.Now().After(deadline) {
 			t.Fatalf("%s did not listen on CM port %d within %v:\n%s", server[0], port, timeout, sp.Output())
 		}

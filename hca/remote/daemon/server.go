@@ -678,6 +678,9 @@ func (c *conn) ucma(h remote.Header, pl []byte, fds []int) ([]byte, bool) {
 			return remote.Encode(nil, remote.TypeError, h.ID, remote.ErrorPayload(remote.StatusNotReady, "UCMA before UCMA_OPEN")), true
 		}
 		errno, resp := cm.Command(pl)
+		if len(pl) >= 4 {
+			c.s.log().Debug("ucma", "conn", fmt.Sprintf("%p", c), "cmd", binary.LittleEndian.Uint32(pl), "errno", errno)
+		}
 		r := binary.BigEndian.AppendUint32(make([]byte, 0, 4+len(resp)), uint32(errno))
 		return remote.Encode(nil, remote.TypeUcma|remote.ReplyBit, h.ID, append(r, resp...)), false
 	}
