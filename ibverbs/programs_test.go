@@ -275,7 +275,7 @@ func TestKilledPeer(t *testing.T) {
 // rping (RC: SEND/RECV, RDMA READ and WRITE, verified with -V), ucmatose
 // (several connections on one channel), udaddy (UD over SIDR, with the
 // AH from the event) and rdma_server/rdma_client (the rdma_verbs.h
-// helpers), perftest -R, fio's rdma engine and libfabric's verbs provider
+// helpers), rsockets (rstream, riostream), perftest -R, fio's rdma engine and libfabric's verbs provider
 // (fi_pingpong), each side a process of its own on one daemon.
 func TestRdmaCM(t *testing.T) {
 	lib := frontendtest.Lib(t)
@@ -292,6 +292,9 @@ func TestRdmaCM(t *testing.T) {
 		{"udaddy", "rdmacm-utils", 7174, []string{"-c", "2"}, []string{"-s", "127.0.0.1", "-c", "2"}, "test complete"},
 		{"rdma_server", "rdmacm-utils", 0, nil, nil, "end 0"},
 		{"ib_write_bw", "perftest", 0, []string{"-R", "-n", "200"}, []string{"-R", "-n", "200", "127.0.0.1"}, "BW average"},
+		// rsockets (librdmacm's rsocket over rdma_cm): stream and iomap.
+		{"rstream", "rdmacm-utils", 0, []string{"-S", "4096", "-C", "200"}, []string{"-s", "127.0.0.1", "-S", "4096", "-C", "200"}, "4k"},
+		{"riostream", "rdmacm-utils", 0, []string{"-S", "65536", "-C", "50"}, []string{"-s", "127.0.0.1", "-S", "65536", "-C", "50"}, "64k"},
 		// libfabric's verbs provider (FI_EP_MSG over rdma_cm), on fi_pingpong's own port.
 		{"fi_pingpong", "libfabric-bin", 47592, []string{"-p", "verbs", "-e", "msg", "-I", "100"}, []string{"-p", "verbs", "-e", "msg", "-I", "100", "127.0.0.1"}, "1m "},
 		// fio's rdma engine: the reader is its server, the writer its client.
@@ -313,5 +316,31 @@ func TestRdmaCM(t *testing.T) {
 				t.Errorf("no %q:\nserver:\n%s\nclient:\n%s", c.want, so, co)
 			}
 		})
+	}
+}
+
+// TestRdmaCMDeviceRemoval: when the daemon goes away, a listening rping
+// gets RDMA_CM_EVENT_DEVICE_REMOVAL for its id, as on a device removed
+// under it, and ends by itself.
+func TestRdmaCMDeviceRemoval(t *testing.T) {
+	lib := frontendtest.Lib(t)
+	rping := frontendtest.Need(t, "rping", "rdmacm-utils")
+	sock := frontendtest.Daemon(t)
+	port := frontendtest.FreePort(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	p := frontendtest.Start(ctx, t, lib, sock, rping, "-s", "-a", "127.0.0.1", "-p", strconv.Itoa(port))
+	for deadline := time.Now().Add(20 * time.Second); !frontendtest.CMListening(sock, port); time.Sleep(10 * time.Millisecond) {
+		if p.Exited() || time.Now().After(deadline) {
+			t.Fatalf("rping did not listen:\n%s", p.Output())
+		}
+	}
+	frontendtest.StopDaemon(t, sock)
+	p.Wait()
+	if ctx.Err() != nil {
+		t.Fatalf("rping did not end after the daemon went away:\n%s", p.Output())
+	}
+	if !strings.Contains(p.Output(), "device removal") {
+		t.Errorf("no device removal reported:\n%s", p.Output())
 	}
 }

@@ -121,6 +121,24 @@ func Daemon(t testing.TB) string {
 // servers are the daemons Daemon started, by socket.
 var servers sync.Map
 
+// CMListening reports whether the daemon at sock (one of Daemon's) has an
+// rdma_cm id listening on port.
+func CMListening(sock string, port int) bool {
+	v, ok := servers.Load(sock)
+	return ok && v.(*daemon.Server).CMListening(uint16(port))
+}
+
+// StopDaemon shuts the daemon at sock (one of Daemon's) down now, as if
+// it went away: its clients' connections close.
+func StopDaemon(t testing.TB, sock string) {
+	t.Helper()
+	v, ok := servers.Load(sock)
+	if !ok {
+		t.Fatalf("StopDaemon needs a daemon of Daemon: %s", sock)
+	}
+	v.(*daemon.Server).Shutdown(0)
+}
+
 // CMPair runs an rdma_cm server program on the daemon at sock (one of
 // Daemon's), waits until it listens on its CM port, then the client, and
 // returns both outputs; both must succeed. A program that first listens

@@ -46,11 +46,56 @@ enum { C_CREATE_ID = 0, C_DESTROY_ID = 1, C_QUERY_ROUTE = 5, C_INIT_QP_ATTR = 11
        C_SET_OPTION = 14, C_JOIN_IP_MCAST = 16, C_LEAVE_MCAST = 17, C_MIGRATE_ID = 18, C_QUERY = 19,
        C_JOIN_MCAST = 22 };
 
+/* An id of the channel, as the kernel would report its removal: its
+ * number and uid (0 for a child not yet accepted, whose events the kernel
+ * drops). */
+struct cmid {
+	uint32_t id;
+	uint64_t uid;
+};
+
 struct chan {
 	int sock;	   /* this channel's connection to the daemon */
 	uint64_t token;	   /* the daemon's name for the channel (MIGRATE_ID) */
-	pthread_mutex_t mu; /* one command in flight */
+	pthread_mutex_t mu; /* one command in flight; the fields below */
+	struct cmid *ids;
+	size_t nids, capids;
+	/* gone: the daemon went away. Each id then gets one DEVICE_REMOVAL
+	 * (the first nremoved of ids have had theirs). */
+	int gone;
+	size_t nremoved;
 };
+
+#define EV_SIZE 336
+#define EV_CONNECT_REQUEST 4
+#define EV_DEVICE_REMOVAL 11
+
+static void track(struct chan *c, uint32_t id, uint64_t uid)
+{
+	if (c->nids == c->capids) {
+		size_t n = c->capids ? 2 * c->capids : 16;
+		struct cmid *p = realloc(c->ids, n * sizeof *p);
+		if (!p)
+			return; /* the id's removal goes unreported */
+		c->ids = p, c->capids = n;
+	}
+	c->ids[c->nids++] = (struct cmid){id, uid};
+}
+
+static struct cmid *find_id(struct chan *c, uint32_t id)
+{
+	for (size_t i = 0; i < c->nids; i++)
+		if (c->ids[i].id == id)
+			return &c->ids[i];
+	return NULL;
+}
+
+static void untrack(struct chan *c, uint32_t id)
+{
+	struct cmid *p = find_id(c, id);
+	if (p)
+		*p = c->ids[--c->nids];
+}
 
 static struct chan *chans[MAX_FD];
 static pthread_mutex_t chans_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -242,6 +287,74 @@ static int command(struct chan *c, const uint8_t *cmd, size_t len, uint32_t op, 
 	return 0;
 }
 
+/* after records what a successful command did to the channel's ids
+ * (called with c->mu held). */
+static void after(struct chan *c, uint32_t op, const uint8_t *pl, size_t plen)
+{
+	uint32_t id;
+	uint64_t uid, p;
+	if (op == C_CREATE_ID && plen >= 16) {
+		memcpy(&uid, pl, 8);
+		memcpy(&p, pl + 8, 8);
+		memcpy(&id, (void *)(uintptr_t)p, 4);
+		track(c, id, uid);
+	} else if (op == C_DESTROY_ID && plen >= 12) {
+		memcpy(&id, pl + 8, 4);
+		untrack(c, id);
+	} else if (op == C_GET_EVENT && plen >= 8) {
+		uint32_t ev;
+		memcpy(&p, pl, 8);
+		memcpy(&id, (uint8_t *)(uintptr_t)p + 8, 4);
+		memcpy(&ev, (uint8_t *)(uintptr_t)p + 12, 4);
+		if (ev == EV_CONNECT_REQUEST)
+			track(c, id, 0);
+	} else if (op == 8 /* ACCEPT */ && plen >= 284 && pl[8 + 271]) {
+		memcpy(&uid, pl, 8);
+		memcpy(&id, pl + 280, 4);
+		struct cmid *m = find_id(c, id);
+		if (m)
+			m->uid = uid;
+	} else if (op == C_MIGRATE_ID && plen >= 16) {
+		memcpy(&id, pl + 8, 4);
+		uint32_t fd;
+		memcpy(&fd, pl + 12, 4);
+		struct chan *old = chan_of((int)fd);
+		struct cmid *m = old && old != c ? find_id(old, id) : NULL;
+		if (m) { /* its mutex is not ours: the id moves under both */
+			uint64_t u = m->uid;
+			pthread_mutex_lock(&old->mu);
+			untrack(old, id);
+			pthread_mutex_unlock(&old->mu);
+			track(c, id, u);
+		}
+	}
+}
+
+/* removal hands out the channel's next DEVICE_REMOVAL (the daemon is
+ * gone), writing it to the GET_EVENT's response; 0, or EAGAIN when every
+ * id has had its own (called with c->mu held). */
+static int removal(struct chan *c, const uint8_t *pl, size_t plen, uint16_t out)
+{
+	while (c->nremoved < c->nids && !c->ids[c->nremoved].uid)
+		c->nremoved++; /* a child not accepted: the kernel drops its events */
+	if (c->nremoved >= c->nids)
+		return EAGAIN;
+	uint64_t p;
+	if (plen < 8 || out < 324)
+		return EINVAL;
+	memcpy(&p, pl, 8);
+	if (!p)
+		return EFAULT;
+	uint8_t ev[EV_SIZE] = {0};
+	struct cmid *m = &c->ids[c->nremoved++];
+	uint32_t type = EV_DEVICE_REMOVAL;
+	memcpy(ev, &m->uid, 8);
+	memcpy(ev + 8, &m->id, 4);
+	memcpy(ev + 12, &type, 4);
+	memcpy((void *)(uintptr_t)p, ev, out < EV_SIZE ? out : EV_SIZE);
+	return 0;
+}
+
 /* cm_write is write() on a channel: one command, which returns the bytes
  * written or -1 with errno, as the kernel's ucma_write. */
 static ssize_t cm_write(struct chan *c, int fd, const void *b, size_t len)
@@ -263,15 +376,37 @@ static ssize_t cm_write(struct chan *c, int fd, const void *b, size_t len)
 	}
 	for (;;) {
 		pthread_mutex_lock(&c->mu);
-		int err = command(c, cmd, len, op, out);
+		int err = c->gone ? ENODEV : command(c, cmd, len, op, out);
+		if (err == ENODEV && !c->gone) {
+			/* The daemon went away: as the kernel when its device is
+			 * removed, each id gets DEVICE_REMOVAL, then nothing more. */
+			c->gone = 1;
+			uint64_t one = 1;
+			for (size_t i = 0; i < c->nids; i++)
+				if (c->ids[i].uid) {
+					(void)!syscall(SYS_write, fd, &one, sizeof one);
+					break;
+				}
+		}
+		if (c->gone && op == C_GET_EVENT) {
+			err = removal(c, cmd + 8, len - 8, out);
+			if (err == EAGAIN) { /* drained: the fd is readable no more */
+				uint64_t v;
+				struct pollfd q = {.fd = fd, .events = POLLIN};
+				if (poll(&q, 1, 0) == 1)
+					(void)!syscall(SYS_read, fd, &v, sizeof v);
+			}
+		}
+		if (!err)
+			after(c, op, cmd + 8, len - 8);
 		pthread_mutex_unlock(&c->mu);
 		if (err == EAGAIN && op == C_GET_EVENT && !(fcntl(fd, F_GETFL) & O_NONBLOCK)) {
 			/* A blocking GET_EVENT: wait until the daemon makes the fd
-			 * readable (an event waits), then ask again. */
-			struct pollfd p = {.fd = fd, .events = POLLIN};
-			if (poll(&p, 1, -1) < 0 && errno != EINTR)
+			 * readable (an event waits), or goes away, then ask again. */
+			struct pollfd p[2] = {{.fd = fd, .events = POLLIN}, {.fd = c->sock, .events = POLLIN}};
+			if (poll(p, c->gone ? 1 : 2, -1) < 0 && errno != EINTR)
 				return -1;
-			continue;
+			continue; /* a hung-up socket fails the next command: ENODEV */
 		}
 		if (err) {
 			errno = err;
@@ -403,6 +538,7 @@ __attribute__((visibility("default"))) int close(int fd)
 	if (c) { /* the daemon destroys the channel's ids when its connection ends */
 		sys_close(c->sock);
 		pthread_mutex_destroy(&c->mu);
+		free(c->ids);
 		free(c);
 	}
 	return get_close()(fd);
