@@ -164,6 +164,16 @@ func TestUDVerbs(t *testing.T) {
 	runChecks(t, lib, frontendtest.Daemon(t), bin, 20)
 }
 
+// TestUcmaBadUse: the rdma_cm device (c/test/ucmabad.c) answers what no
+// librdmacm writes — short, oversized and unknown commands, NULL and wild
+// pointers, ids of nobody — with the kernel's errno, never a crash, and
+// polls readable exactly while an event waits.
+func TestUcmaBadUse(t *testing.T) {
+	lib := frontendtest.Lib(t)
+	bin := buildC(t, filepath.Join("c", "test", "ucmabad.c"))
+	runChecks(t, lib, frontendtest.Daemon(t), bin, 20)
+}
+
 // TestRawVerbs: raw packet QPs and flow steering through the front end
 // (c/test/raw.c) — the raw state machine, frames posted in SGEs (the
 // inline header split across them), inline and with ibv_wr_send, the
