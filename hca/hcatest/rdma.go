@@ -315,7 +315,13 @@ func largeTransfers(t *testing.T, s *suite) {
 	const n = 4 << 20
 	abuf, bbuf := a.alloc(n), b.alloc(n)
 	amr, bmr := a.reg(a.pd, abuf, allAccess), b.reg(b.pd, bbuf, allAccess)
-	ea, eb := link(t, a, b)
+	// A message of a thousand packets: an ACK timeout of 537 ms (14 is
+	// 67 ms), as a large transfer over a lossy link wants, so that seven
+	// timeouts without progress outlast a loaded machine's stalls (the
+	// race detector's two daemons), not only the wire's losses.
+	ea, eb := a.ep(nil), b.ep(nil)
+	opts := &verbs.ConnectOptions{Timeout: 17}
+	connect(t, ea, eb, opts, opts)
 	fill(abuf, 0x4B)
 	ea.post(write(1, amr.SGE(0, n), bmr.Addr, bmr.RKey))
 	Check(t, "large write", Poll1(t, ea.scq), Want{WRID: 1, Op: verbs.WCRDMAWrite, Len: AnyLen})
