@@ -170,7 +170,7 @@ func TestUDVerbs(t *testing.T) {
 // polls readable exactly while an event waits.
 func TestUcmaBadUse(t *testing.T) {
 	lib := frontendtest.Lib(t)
-	bin := buildC(t, filepath.Join("c", "test", "ucmabad.c"))
+	bin := buildC(t, filepath.Join("c", "test", "ucmabad.c"), "-lpthread")
 	runChecks(t, lib, frontendtest.Daemon(t), bin, 20)
 }
 

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <pthread.h>
 #include <unistd.h>
 
 #include <arpa/inet.h>
@@ -38,6 +39,22 @@ static int readable(void)
 {
 	struct pollfd p = {.fd = fd, .events = POLLIN};
 	return poll(&p, 1, 0) == 1 && (p.revents & POLLIN);
+}
+
+/* blocked_get waits in a blocking GET_EVENT on fd2 (no event comes). */
+static int fd2;
+static volatile int returned;
+static void *blocked_get(void *arg)
+{
+	struct rdma_ucm_event_resp ev;
+	struct rdma_ucm_get_event ge = {.response = (uintptr_t)&ev};
+	uint8_t b[16];
+	struct rdma_ucm_cmd_hdr h = {.cmd = RDMA_USER_CM_CMD_GET_EVENT, .in = sizeof ge, .out = sizeof ev};
+	memcpy(b, &h, 8);
+	memcpy(b + 8, &ge, 8);
+	(void)!write(fd2, b, sizeof b);
+	returned = 1;
+	return arg;
 }
 
 int main(void)
@@ -101,5 +118,18 @@ int main(void)
 	d.id = cr.id;
 	CHECK("DESTROY_ID", !send_cmd(RDMA_USER_CM_CMD_DESTROY_ID, 4, &d, sizeof d), "errno %d", errno);
 	CHECK("close", !close(fd), "errno %d", errno);
+	/* rping closes its channel while its event thread waits in GET_EVENT:
+	 * the thread stays blocked (the kernel's behaviour), nothing crashes. */
+	fd2 = open("/dev/infiniband/rdma_cm", O_RDWR | O_CLOEXEC);
+	pthread_t th;
+	if (fd2 < 0 || pthread_create(&th, NULL, blocked_get, NULL))
+		die("second channel");
+	usleep(100000);
+	CHECK("close under a blocked GET_EVENT", !close(fd2), "errno %d", errno);
+	int again = open("/dev/infiniband/rdma_cm", O_RDWR | O_CLOEXEC); /* may reuse the number */
+	usleep(100000);
+	CHECK("the blocked GET_EVENT stays blocked", !returned, "it returned");
+	if (again >= 0)
+		close(again);
 	return failed;
 }

@@ -64,6 +64,10 @@ struct chan {
 	/* gone: the daemon went away. Each id then gets one DEVICE_REMOVAL
 	 * (the first nremoved of ids have had theirs). */
 	int gone;
+	/* closed: the program closed the fd. The struct is never freed: a
+	 * thread still in GET_EVENT on it (rping's) keeps a pointer to it, and
+	 * stays blocked, as the kernel leaves it. */
+	int closed;
 	size_t nremoved;
 };
 
@@ -412,6 +416,15 @@ static ssize_t cm_write(struct chan *c, int fd, const void *b, size_t len)
 	}
 	for (;;) {
 		pthread_mutex_lock(&c->mu);
+		if (c->closed) { /* closed under a blocked GET_EVENT: it stays blocked */
+			pthread_mutex_unlock(&c->mu);
+			if (op != C_GET_EVENT) {
+				errno = EBADF;
+				return -1;
+			}
+			for (;;)
+				poll(NULL, 0, -1);
+		}
 		const uint8_t *resp = NULL;
 		size_t nresp = 0;
 		int err = c->gone ? ENODEV : command(c, cmd, len, op, out, &resp, &nresp);
@@ -574,10 +587,14 @@ __attribute__((visibility("default"))) int close(int fd)
 		__atomic_store_n(&chans[fd], NULL, __ATOMIC_RELEASE);
 	pthread_mutex_unlock(&chans_mu);
 	if (c) { /* the daemon destroys the channel's ids when its connection ends */
+		pthread_mutex_lock(&c->mu);
+		c->closed = 1;
 		sys_close(c->sock);
-		pthread_mutex_destroy(&c->mu);
+		c->sock = -1;
 		free(c->ids);
-		free(c);
+		c->ids = NULL;
+		c->nids = c->capids = c->nremoved = 0;
+		pthread_mutex_unlock(&c->mu);
 	}
 	return get_close()(fd);
 }
