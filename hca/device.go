@@ -97,9 +97,11 @@ type Device struct {
 
 	atomicMu sync.Mutex // serialises atomic operations on host memory
 
-	wire    atomic.Pointer[wire] // the RoCEv2 port, if it listens
-	charged atomic.Uint64        // device memory charged to functions (budget.go)
-	ctr     counters             // the port's counters
+	wire    atomic.Pointer[wire]       // the RoCEv2 port, if it listens
+	mad     atomic.Pointer[MADHandler] // QP1's receiver (gsi.go)
+	gsiPSN  atomic.Uint32
+	charged atomic.Uint64 // device memory charged to functions (budget.go)
+	ctr     counters      // the port's counters
 }
 
 // New returns a device with the given options.

@@ -660,6 +660,10 @@ func (w *wire) deliver(from netip.AddrPort, buf *packetBuf, n int) bool {
 		c.rxDropped.Add(1)
 		return false
 	}
+	if p.DestQP == GSIQPN {
+		w.deliverMAD(from, p)
+		return false
+	}
 	qp := w.dev.qp(p.DestQP)
 	switch t := p.Opcode.Transport(); {
 	case qp == nil:

@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"fmt"
 	"github.com/hcasim/hcasim/internal/tooltest"
+	"io"
 	"math/rand/v2"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hcasim/hcasim/hca"
 	"github.com/hcasim/hcasim/internal/frontendtest"
 )
 
@@ -387,6 +390,114 @@ func TestRoCEUDCapture(t *testing.T) {
 		}
 	}
 	if bad := strings.TrimSpace(run("-Y", "_ws.malformed || (udp.dstport == 4791 && !infiniband)")); bad != "" {
+		t.Errorf("malformed or undecoded frames:\n%s", bad)
+	}
+}
+
+// cmRoCEPair starts two in-process daemons (frontendtest.RoCEDaemon) with
+// RoCEv2 ports on 127.X.Y.2 (A, capturing to pcapA if it is not nil) and
+// 127.X.Y.3 (B), and returns their sockets and A's address.
+func cmRoCEPair(t *testing.T, pcapA io.Writer) (a, b, ipA string) {
+	t.Helper()
+	var errs []error
+	for range 8 {
+		x, y := 1+rand.IntN(254), rand.IntN(256)
+		ipA = fmt.Sprintf("127.%d.%d.2", x, y)
+		sa, err := frontendtest.RoCEDaemon(t, hca.WireOptions{Addr: netip.MustParseAddrPort(ipA + ":4791"), Pcap: pcapA})
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		sb, err := frontendtest.RoCEDaemon(t, hca.WireOptions{Addr: netip.MustParseAddrPort(fmt.Sprintf("127.%d.%d.3:4791", x, y))})
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		return sa, sb, ipA
+	}
+	t.Fatalf("no pair of RoCE daemons would start: %v", errs)
+	return
+}
+
+// TestRdmaCMAcross: the rdma_cm programs of TestRdmaCM with the server on
+// daemon A and the client on daemon B: the connection is made by the two
+// daemons' CMs with CM MADs on the wire, and the data crosses it.
+func TestRdmaCMAcross(t *testing.T) {
+	lib := frontendtest.Lib(t)
+	sa, sb, ip := cmRoCEPair(t, nil)
+	for _, c := range []struct {
+		name, pkg      string
+		port           int // 0: a free one, given with -p
+		server, client []string
+		want           string
+	}{
+		{"rping", "rdmacm-utils", 0, []string{"-s", "-a", ip, "-C", "100", "-V"}, []string{"-c", "-a", ip, "-C", "100", "-V"}, ""},
+		{"ucmatose", "rdmacm-utils", 0, []string{"-c", "4", "-C", "20"}, []string{"-s", ip, "-c", "4", "-C", "20"}, "test complete"},
+		{"udaddy", "rdmacm-utils", 7174, []string{"-c", "2"}, []string{"-s", ip, "-c", "2"}, "test complete"},
+		{"rdma_server", "rdmacm-utils", 0, nil, nil, "end 0"},
+		{"ib_write_bw", "perftest", 0, []string{"-R", "-n", "200"}, []string{"-R", "-n", "200", ip}, "BW average"},
+		{"ib_send_lat", "perftest", 0, []string{"-R", "-n", "200"}, []string{"-R", "-n", "200", ip}, "t_typical"},
+		{"rstream", "rdmacm-utils", 0, []string{"-S", "4096", "-C", "200"}, []string{"-s", ip, "-S", "4096", "-C", "200"}, "4k"},
+		{"riostream", "rdmacm-utils", 0, []string{"-S", "65536", "-C", "50"}, []string{"-s", ip, "-S", "65536", "-C", "50"}, "64k"},
+		// Not fi_pingpong: its server tells the client the address of the only
+		// interface the verbs provider finds, lo's 127.0.0.1, which on daemon B
+		// is B itself (TestRdmaCM runs it on one daemon).
+		{"fio", "fio", 7197, []string{"--name=srv", "--ioengine=rdma", "--hostname=" + ip, "--port=7197", "--bs=64k", "--size=8m", "--rw=read", "--verb=write"},
+			[]string{"--name=cli", "--ioengine=rdma", "--hostname=" + ip, "--port=7197", "--bs=64k", "--size=8m", "--rw=write", "--verb=write"}, "err= 0"},
+		{"fio", "fio", 7196, []string{"--name=srv", "--ioengine=rdma", "--hostname=" + ip, "--port=7196", "--bs=16k", "--size=4m", "--rw=read", "--verb=read", "--iodepth=4"},
+			[]string{"--name=cli", "--ioengine=rdma", "--hostname=" + ip, "--port=7196", "--bs=16k", "--size=4m", "--rw=write", "--verb=read", "--iodepth=4"}, "err= 0"},
+	} {
+		t.Run(strings.Join(append([]string{c.name}, c.client...), " "), func(t *testing.T) {
+			prog := frontendtest.Need(t, c.name, c.pkg)
+			cli, cargs := prog, c.client
+			if c.name == "rdma_server" {
+				cli, cargs = frontendtest.Need(t, "rdma_client", c.pkg), []string{"-s", ip}
+			}
+			so, co := frontendtest.CMPairAcross(t, 90*time.Second, lib, sa, sb, c.port, append([]string{prog}, c.server...), append([]string{cli}, cargs...))
+			if c.want != "" && (!strings.Contains(so, c.want) || !strings.Contains(co, c.want)) {
+				t.Errorf("no %q:\nserver:\n%s\nclient:\n%s", c.want, so, co)
+			}
+		})
+	}
+}
+
+// TestRdmaCMCapture: rping and udaddy across two daemons, daemon A
+// capturing its port: tshark's InfiniBand dissector decodes the CM's
+// MADs on QP1 — REQ, REP, RTU, DREQ and DREP for rping's RC connection,
+// SIDR_REQ and SIDR_REP for udaddy's UD one — each a CM Send MAD, with
+// no malformed or undecoded frame.
+func TestRdmaCMCapture(t *testing.T) {
+	lib := frontendtest.Lib(t)
+	rping := frontendtest.Need(t, "rping", "rdmacm-utils")
+	udaddy := frontendtest.Need(t, "udaddy", "rdmacm-utils")
+	tshark := tooltest.Need(t, "tshark", "tshark")
+	pcap := filepath.Join(t.TempDir(), "a.pcap")
+	f, err := os.Create(pcap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	sa, sb, ip := cmRoCEPair(t, f)
+	frontendtest.CMPairAcross(t, 60*time.Second, lib, sa, sb, 0, []string{rping, "-s", "-a", ip, "-C", "10", "-V"}, []string{rping, "-c", "-a", ip, "-C", "10", "-V"})
+	frontendtest.CMPairAcross(t, 60*time.Second, lib, sa, sb, 7174, []string{udaddy, "-c", "1"}, []string{udaddy, "-s", ip, "-c", "1"})
+	out := tsharkRead(t, tshark, pcap, "-Y", "infiniband.mad", "-T", "fields", "-E", "separator=;",
+		"-e", "infiniband.mad.mgmtclass", "-e", "infiniband.mad.method", "-e", "infiniband.mad.attributeid")
+	seen := map[string]int{}
+	for _, l := range strings.Fields(out) {
+		f := strings.Split(l, ";")
+		if len(f) != 3 || f[0] != "0x07" || f[1] != "0x03" {
+			t.Errorf("MAD %q: want the CM class (0x07), method Send (0x03)", l)
+			continue
+		}
+		seen[f[2]]++
+	}
+	for attr, name := range map[string]string{"0x0010": "REQ", "0x0013": "REP", "0x0014": "RTU", "0x0015": "DREQ",
+		"0x0016": "DREP", "0x0017": "SIDR_REQ", "0x0018": "SIDR_REP"} {
+		if seen[attr] == 0 {
+			t.Errorf("no %s (attribute %s) in the capture; seen %v", name, attr, seen)
+		}
+	}
+	if bad := strings.TrimSpace(tsharkRead(t, tshark, pcap, "-Y", "_ws.malformed || (udp.dstport == 4791 && !infiniband)")); bad != "" {
 		t.Errorf("malformed or undecoded frames:\n%s", bad)
 	}
 }

@@ -27,6 +27,14 @@ func (id *cmID) connected() bool {
 // routed reports whether id has a path (resolved, or from the REQ).
 func (id *cmID) routed() bool { return id.st >= stRouteResolved && id.st != stListen }
 
+// remoteGID is the GID of id's path's far end.
+func (id *cmID) remoteGID(s *Service) [16]byte {
+	if id.peerGID != ([16]byte{}) {
+		return id.peerGID
+	}
+	return s.gid()
+}
+
 // route answers QUERY_ROUTE (rdma_ucm_query_route_resp).
 func (s *Service) route(id *cmID) []byte {
 	r := make([]byte, queryRouteOut)
@@ -41,7 +49,7 @@ func (s *Service) route(id *cmID) []byte {
 		copy(p[16:32], g[:])
 	}
 	if id.dst.IsValid() {
-		g := s.gid()
+		g := id.remoteGID(s)
 		copy(p[0:16], g[:])
 	}
 	binary.BigEndian.PutUint16(p[52:], 0xFFFF)
@@ -95,7 +103,7 @@ func (c *call) initQPAttr(id *cmID) syscall.Errno {
 		le.PutUint32(r[12:], pathMTU)
 		le.PutUint32(r[24:], id.seq)
 		le.PutUint32(r[32:], id.peerQPN)
-		putAH(r[40:], &ahAttr{dgid: c.s.gid(), sgidIndex: c.s.dev.SGIDIndex, hopLimit: hopLimit})
+		putAH(r[40:], &ahAttr{dgid: id.remoteGID(c.s), sgidIndex: c.s.dev.SGIDIndex, hopLimit: hopLimit})
 		r[131] = id.respRes
 	case 3: // RTS
 		if !id.connected() {

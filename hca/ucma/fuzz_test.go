@@ -3,6 +3,7 @@ package ucma
 import (
 	"net/netip"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -72,5 +73,80 @@ func FuzzCommands(f *testing.F) {
 		}
 		require.Empty(t, s.ids)
 		require.Empty(t, s.ports)
+	})
+}
+
+// FuzzMAD: any MADs from the wire, to a CM with a listener (RC and UD)
+// and an active id waiting for its REP: each is taken or refused with an
+// error, never a panic; what they cause settles (a bounded number of
+// answers); a channel is readable exactly while its events wait; closing
+// the channels leaves no ids or communication IDs. A MAD that decodes
+// encodes to itself.
+func FuzzMAD(f *testing.F) {
+	pd := make([]byte, reqPDArea)
+	putCMAHdr(pd, netip.AddrPortFrom(hostB, 40000), netip.AddrPortFrom(hostA, 7174))
+	req := msg{attr: attrREQ, tid: 9, local: 0x55, serviceID: serviceID(psTCP, 7174), qpn: 0x101, psn: 1, pd: pd}
+	sreq := req
+	sreq.attr, sreq.serviceID = attrSIDRReq, serviceID(psUDP, 7175)
+	sreq.pd = append(append([]byte(nil), pd...), make([]byte, sidrReqPDArea-reqPDArea)...)
+	seeds := [][]byte{
+		append([]byte{0}, req.encode()...),
+		append([]byte{0}, sreq.encode()...),
+		append([]byte{1}, (&msg{attr: attrREP, local: 0x66, remote: 1, qpn: 0x202}).encode()...),
+		append([]byte{1}, (&msg{attr: attrREJ, local: 0x66, remote: 1, reason: rejConsumer}).encode()...),
+		append([]byte{1}, (&msg{attr: attrMRA, local: 0x66, remote: 1, serviceTO: 30}).encode()...),
+		append([]byte{0}, (&msg{attr: attrDREQ, local: 0x66, remote: 1}).encode()...),
+	}
+	f.Add(append(append([]byte(nil), seeds[0]...), seeds[5]...))
+	for _, s := range seeds {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, in []byte) {
+		lk, a, b := newLink(time.Hour, 1)
+		a.nextCM, b.nextCM = 0, 0
+		srv, cli := newSide(t, a), newSide(t, b)
+		srv.listen(psTCP, 7174)
+		srv.listen(psUDP, 7175)
+		c := cli.create(0x2222, psTCP)
+		cli.resolve(c, netip.AddrPortFrom(hostA, 7174))
+		cli.connect(c, 0x101, "")
+		lk.mu.Lock()
+		lk.q = nil // the REQ is not delivered: the fuzzer answers for A
+		lk.mu.Unlock()
+		for len(in) >= 1+MADSize {
+			to, from := b, hostA
+			if in[0]&1 == 0 {
+				to, from = a, hostB
+			}
+			if in[0]&2 != 0 {
+				from = netip.MustParseAddr("10.9.9.9")
+			}
+			mad := in[1 : 1+MADSize]
+			in = in[1+MADSize:]
+			m, derr := decode(mad)
+			err := to.HandleMAD(from, mad)
+			if derr != nil {
+				require.Error(t, err)
+				continue
+			}
+			if err == nil {
+				got, err := decode(m.encode())
+				require.NoError(t, err)
+				require.Equal(t, m, got)
+			}
+			require.True(t, lk.deliver(1000), "answers settle")
+			for _, sd := range []*side{srv, cli} {
+				sd.ch.s.mu.Lock()
+				require.Equal(t, len(sd.ch.events) > 0, sd.readable)
+				sd.ch.s.mu.Unlock()
+			}
+		}
+		srv.ch.Close()
+		cli.ch.Close()
+		lk.flush()
+		require.Empty(t, a.ids)
+		require.Empty(t, b.ids)
+		require.Empty(t, a.comms)
+		require.Empty(t, b.comms)
 	})
 }

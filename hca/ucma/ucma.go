@@ -20,6 +20,7 @@ import (
 	"slices"
 	"sync"
 	"syscall"
+	"time"
 )
 
 // Device describes the one device a Service connects on.
@@ -30,8 +31,19 @@ type Device struct {
 	GUID  uint64
 	Index uint32
 	// Local reports whether addr is an address of this host's RDMA
-	// device: QPs are connected between ids of such addresses.
+	// device: connections to such addresses are made within the Service.
 	Local func(addr netip.Addr) bool
+	// Addr is the port's own address on the wire (the source of the
+	// connections it makes to other hosts); Send, if not nil, sends a
+	// CM MAD to the CM of the host at addr (QP1 on the RoCEv2 wire). An
+	// address that is neither Local nor reachable by Send is unreachable.
+	Addr netip.Addr
+	Send func(to netip.Addr, mad []byte)
+	// Retry is how long the CM waits for the answer to a message on the
+	// wire before it sends it again (0: the kernel CM's 6.144 s for the
+	// path rdma_cm sets up); MaxRetries how often (0: rdma_cm's 15).
+	Retry      time.Duration
+	MaxRetries int
 	// SGIDIndex is the GID table index of the RoCEv2 GID for the local
 	// addresses (an address handle's sgid_index).
 	SGIDIndex uint8
@@ -49,6 +61,8 @@ type Service struct {
 	nextCh uint64
 	ports  map[portKey][]*cmID // ids bound to a port
 	nextEP uint16              // the next ephemeral port tried
+	comms  map[uint32]*cmID    // ids by communication ID
+	nextCM uint32              // the next communication ID
 }
 
 type portKey struct {
@@ -61,7 +75,8 @@ func New(dev Device) *Service {
 	if dev.Local == nil {
 		dev.Local = func(a netip.Addr) bool { return a.IsLoopback() }
 	}
-	return &Service{dev: dev, ids: map[uint32]*cmID{}, chans: map[uint64]*Channel{}, ports: map[portKey][]*cmID{}, nextEP: 32768}
+	return &Service{dev: dev, ids: map[uint32]*cmID{}, chans: map[uint64]*Channel{}, ports: map[portKey][]*cmID{}, nextEP: 32768,
+		comms: map[uint32]*cmID{}, nextCM: rand.Uint32()}
 }
 
 // Channel is one open of the device: its ids and its events.
@@ -170,8 +185,14 @@ type cmID struct {
 
 	seq                uint32 // the starting PSN it sends with
 	qpn                uint32 // its QP, from CONNECT or ACCEPT
-	peer               *cmID
+	comm               uint32 // its communication ID (a SIDR request's request ID)
+	tid                uint64 // the transaction ID of its connection's messages
+	peerHost           netip.Addr
+	peerComm           uint32   // the peer's communication ID (0: not known, or gone)
+	peerGID            [16]byte // the path's remote GID
 	peerQPN, peerPSN   uint32
+	retrans            retrans // the message it waits for an answer to (on the wire)
+	sent               *msg    // a passive id's REP or SIDR_REP, sent again for a repeated request
 	respRes, initDepth uint8
 	retry, rnrRetry    uint8
 	listener           *cmID // a child: the listener its request came to
@@ -332,6 +353,7 @@ func (c *call) createID() syscall.Errno {
 	}
 	id := &cmID{id: n, ch: c.ch, uid: le.Uint64(c.p), ps: ps, ud: ps == psUDP || ps == psIPoIB, seq: rand.Uint32() & 0xFFFFFF}
 	s.ids[n] = id
+	s.newComm(id)
 	c.resp = le.AppendUint32(nil, n)
 	return 0
 }
@@ -346,39 +368,6 @@ func (c *call) destroyID(id *cmID) syscall.Errno {
 	return 0
 }
 
-// destroy removes id: its peer sees what the kernel CM sends for id's
-// state, its undelivered events go, a listener's undelivered requests are
-// rejected (under s.mu).
-func (s *Service) destroy(id *cmID) {
-	if s.ids[id.id] != id {
-		return
-	}
-	switch id.st {
-	case stEstablished, stRepRcvd:
-		if !id.ud {
-			s.disconnect(id) // DREQ
-		}
-	case stDreqRcvd:
-		s.disconnect(id) // DREP
-	case stReqRcvd, stRepSent:
-		s.rejectPeer(id, rejConsumer, nil)
-	case stReqSent:
-		if p := id.peer; p != nil && p.st == stReqRcvd && !p.delivered {
-			s.destroy(p) // the request was never read: it goes, unseen
-		} else if p != nil && !id.ud {
-			p.peer = nil // the passive side learns nothing (the REJ TIMEOUT goes nowhere it listens)
-		}
-	case stListen:
-		for _, o := range s.sortedIDs() {
-			if o.listener == id && o.st == stReqRcvd && !o.delivered {
-				s.rejectPeer(o, rejConsumer, nil)
-				s.remove(o)
-			}
-		}
-	}
-	s.remove(id)
-}
-
 // remove takes id out of every table and drops its queued events.
 func (s *Service) remove(id *cmID) {
 	delete(s.ids, id.id)
@@ -389,9 +378,8 @@ func (s *Service) remove(id *cmID) {
 			delete(s.ports, k)
 		}
 	}
-	if p := id.peer; p != nil && p.peer == id {
-		p.peer = nil
-	}
+	delete(s.comms, id.comm)
+	id.retrans.stop()
 	for _, o := range s.ids {
 		if o.listener == id {
 			o.listener = nil
@@ -475,16 +463,24 @@ func (c *call) resolveIP(id *cmID) syscall.Errno {
 	if d.IsUnspecified() {
 		d = netip.AddrFrom4([4]byte{127, 0, 0, 1})
 	}
-	if !s.dev.Local(d) {
-		s.emit(id, evAddrError, -int32(syscall.EHOSTUNREACH), nil, 0) // one daemon: only its own addresses answer
+	local := s.dev.Local(d)
+	if !local && (s.dev.Send == nil || !s.dev.Addr.IsValid() || d.Is4() != s.dev.Addr.Is4()) {
+		s.emit(id, evAddrError, -int32(syscall.EHOSTUNREACH), nil, 0) // only this host's and the wire's addresses answer
 		return 0
 	}
 	if id.src.Addr().IsUnspecified() { // the source the route to d would take
 		a := d
-		if d.IsLoopback() {
+		switch {
+		case !local:
+			a = s.dev.Addr
+		case d.IsLoopback():
 			a = netip.AddrFrom4([4]byte{127, 0, 0, 1})
 		}
 		id.src = netip.AddrPortFrom(a, id.src.Port())
+	}
+	id.peerHost, id.peerGID = d, s.gid()
+	if !local {
+		id.peerGID = gidOf(d)
 	}
 	id.dst = netip.AddrPortFrom(d, dst.Port())
 	id.hasDev = true
@@ -519,195 +515,14 @@ func (s *Service) findListener(ps uint16, dst netip.AddrPort) *cmID {
 		if o.st != stListen {
 			continue
 		}
-		if o.src.Addr() == dst.Addr() {
-			return o
+		if a := o.src.Addr(); a == dst.Addr() || a.Is4() == dst.Addr().Is4() && s.dev.Addr.IsValid() && s.local(a) && s.local(dst.Addr()) {
+			return o // with a wire, 127.0.0.1 and the port's address are one host's
 		}
 		if o.src.Addr().IsUnspecified() {
 			wild = o
 		}
 	}
 	return wild
-}
-
-func (c *call) connect(id *cmID) syscall.Errno {
-	cp := readConnParam(c.p)
-	s := c.s
-	switch {
-	case !cp.valid || id.st != stRouteResolved:
-		return syscall.EINVAL
-	case !id.ud && len(cp.pd) > reqPD, id.ud && len(cp.pd) > sidrReqPD:
-		return syscall.EINVAL
-	}
-	id.qpn = cp.qpn
-	id.respRes, id.initDepth, id.retry, id.rnrRetry = cp.respRes, cp.initDepth, min(cp.retry, 7), min(cp.rnrRetry, 7)
-	id.st = stReqSent
-	l := s.findListener(id.ps, id.dst)
-	if l == nil || l.ud != id.ud {
-		if id.ud {
-			s.emitUD(id, evUnreachable, sidrUnsupported, nil, sidrRepPD)
-		} else {
-			id.st = stRouteResolved
-			s.emit(id, evRejected, rejInvalidServiceID, &connParam{}, rejPD)
-		}
-		return 0
-	}
-	pending := 0
-	for _, o := range s.ids {
-		if o.listener == l && o.st == stReqRcvd && !o.delivered {
-			pending++
-		}
-	}
-	if pending >= l.backlog {
-		// The REQ is dropped; the kernel's CM retries, then gives up.
-		id.st = stRouteResolved
-		if id.ud {
-			s.emitUD(id, evUnreachable, -int32(syscall.ETIMEDOUT), nil, 0)
-		} else {
-			s.emit(id, evUnreachable, -int32(syscall.ETIMEDOUT), nil, 0)
-		}
-		return 0
-	}
-	var n uint32
-	for s.ids[n] != nil {
-		n++
-	}
-	child := &cmID{id: n, ch: l.ch, ps: l.ps, ud: l.ud, st: stReqRcvd, src: netip.AddrPortFrom(id.dst.Addr(), l.src.Port()),
-		dst: id.src, hasDev: true, seq: rand.Uint32() & 0xFFFFFF, peer: id, listener: l,
-		peerQPN: id.qpn, peerPSN: id.seq, respRes: cp.initDepth, initDepth: cp.respRes, retry: id.retry, rnrRetry: id.rnrRetry}
-	s.ids[n] = child
-	id.peer = child
-	var e event
-	e.owner = l
-	le.PutUint64(e.resp[0:], l.uid)
-	le.PutUint32(e.resp[8:], child.id)
-	le.PutUint32(e.resp[12:], evConnectRequest)
-	if id.ud {
-		copy(e.resp[60:60+maxPrivateData], cp.pd)
-		e.resp[316] = sidrReqPD
-	} else {
-		req := connParam{qpn: id.qpn, pd: cp.pd, srq: cp.srq, respRes: cp.initDepth, initDepth: cp.respRes,
-			flowControl: cp.flowControl, retry: id.retry, rnrRetry: id.rnrRetry}
-		putConnParam(e.resp[20:], &req, reqPD)
-	}
-	l.ch.push(&e)
-	return 0
-}
-
-func (c *call) accept(id *cmID) syscall.Errno {
-	s := c.s
-	cp := readConnParam(c.p[8:])
-	peer := id.peer
-	switch {
-	case !cp.valid && id.st == stRepRcvd && !id.ud: // the active side's RTU
-		id.st = stEstablished
-		if peer != nil && peer.st == stRepSent {
-			s.establish(peer)
-		}
-		return 0
-	case !cp.valid, id.st != stReqRcvd:
-		return syscall.EINVAL
-	case !id.ud && len(cp.pd) > repPD, id.ud && len(cp.pd) > sidrRepPD:
-		return syscall.EINVAL
-	}
-	id.uid = le.Uint64(c.p)
-	id.qpn = cp.qpn
-	if cp.respRes != 0xFF {
-		id.respRes = cp.respRes
-	}
-	if cp.initDepth != 0xFF {
-		id.initDepth = cp.initDepth
-	}
-	if id.ud {
-		id.st = stEstablished // the SIDR_REP: the passive side hears nothing more
-		if peer != nil {
-			peer.st = stEstablished
-			peer.peerQPN = id.qpn
-			s.emitUD(peer, evEstablished, 0, &udAnswer{qpn: id.qpn, qkey: udpQKey, pd: cp.pd,
-				ah: ahAttr{dgid: s.gid(), sgidIndex: s.dev.SGIDIndex, hopLimit: 64}}, sidrRepPD)
-		}
-		return 0
-	}
-	id.st = stRepSent
-	if peer == nil {
-		return 0 // the active side went away: no one hears the REP
-	}
-	peer.peerQPN, peer.peerPSN = id.qpn, id.seq
-	peer.respRes, peer.initDepth = id.initDepth, id.respRes
-	peer.st = stRepRcvd
-	rep := connParam{qpn: id.qpn, pd: cp.pd, srq: cp.srq, respRes: id.initDepth, initDepth: id.respRes,
-		flowControl: cp.flowControl, rnrRetry: min(cp.rnrRetry, 7)}
-	s.emit(peer, evConnectResponse, 0, &rep, repPD)
-	return 0
-}
-
-// establish moves a passive id that sent its REP to established.
-func (s *Service) establish(id *cmID) {
-	id.st = stEstablished
-	s.emit(id, evEstablished, 0, &connParam{}, 0)
-}
-
-func (c *call) reject(id *cmID) syscall.Errno {
-	n, reason := int(c.p[4]), c.p[5]
-	if reason == 0 {
-		reason = rejConsumer
-	}
-	if (reason != rejConsumer && reason != rejVendorOption) || n > maxPrivateData {
-		return syscall.EINVAL
-	}
-	if id.st != stReqRcvd {
-		return syscall.EINVAL
-	}
-	pd := c.p[8 : 8+n]
-	if id.ud && n > sidrRepPD || !id.ud && n > rejPD {
-		return syscall.EINVAL
-	}
-	c.s.rejectPeer(id, reason, pd)
-	id.st = stIdle
-	return 0
-}
-
-// rejectPeer sends id's peer a REJ (or a SIDR_REP reject) with reason.
-func (s *Service) rejectPeer(id *cmID, reason uint8, pd []byte) {
-	p := id.peer
-	if p == nil {
-		return
-	}
-	id.peer, p.peer = nil, nil
-	p.st = stRouteResolved
-	if id.ud {
-		s.emitUD(p, evUnreachable, sidrReject, &udAnswer{pd: pd}, sidrRepPD)
-		return
-	}
-	s.emit(p, evRejected, int32(reason), &connParam{pd: pd}, rejPD)
-}
-
-// disconnect sends a DREQ from an established id, or the DREP of one
-// whose peer disconnected; it is a no-op on one already disconnecting.
-func (s *Service) disconnect(id *cmID) syscall.Errno {
-	p := id.peer
-	switch id.st {
-	case stEstablished, stRepRcvd, stRepSent:
-		id.st = stDreqSent
-		if p != nil && (p.st == stEstablished || p.st == stRepSent || p.st == stRepRcvd) {
-			p.st = stDreqRcvd
-			s.emit(p, evDisconnected, 0, &connParam{}, 0)
-		} else {
-			id.st = stDisconnected // no one to answer: the DREQ times out
-			s.emit(id, evDisconnected, -int32(syscall.ETIMEDOUT), &connParam{}, 0)
-		}
-	case stDreqRcvd:
-		id.st = stDisconnected
-		if p != nil && p.st == stDreqSent {
-			p.st = stDisconnected
-			s.emit(p, evDisconnected, 0, &connParam{}, 0)
-		}
-	case stDreqSent, stDisconnected:
-	case stReqSent, stReqRcvd:
-		return syscall.EINVAL // no connection yet
-	default:
-		return syscall.EINVAL
-	}
-	return 0
 }
 
 // gid is the GID of every local address.

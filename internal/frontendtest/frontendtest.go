@@ -97,14 +97,37 @@ func Need(t testing.TB, prog, pkg string) string {
 // returns the socket's path. It stops when the test ends.
 func Daemon(t testing.TB) string {
 	t.Helper()
+	sock, err := startDaemon(t, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sock
+}
+
+// RoCEDaemon starts a daemon as Daemon does whose port has a RoCEv2
+// endpoint (as serve --roce) with the options o. It returns an error
+// when the port cannot be bound (another test holds the address: try
+// another).
+func RoCEDaemon(t testing.TB, o hca.WireOptions) (string, error) {
+	t.Helper()
+	return startDaemon(t, &o)
+}
+
+func startDaemon(t testing.TB, wire *hca.WireOptions) (string, error) {
 	sock := filepath.Join(t.TempDir(), "hcasim.sock")
 	caps := hca.ConnectX5Caps
 	caps.MaxMappedBytes = 64 << 30
 	dev := hca.New(hca.Options{Caps: &caps, Poll: 50 * time.Microsecond})
+	if wire != nil {
+		if err := dev.ListenRoCE(*wire); err != nil {
+			dev.Close()
+			return "", err
+		}
+	}
 	l, err := daemon.Listen(sock)
 	if err != nil {
 		dev.Close()
-		t.Fatal(err)
+		return "", err
 	}
 	srv := &daemon.Server{Dev: dev}
 	servers.Store(sock, srv)
@@ -115,7 +138,7 @@ func Daemon(t testing.TB) string {
 		<-done
 		dev.Close()
 	})
-	return sock
+	return sock, nil
 }
 
 // servers are the daemons Daemon started, by socket.
@@ -141,32 +164,41 @@ func StopDaemon(t testing.TB, sock string) {
 
 // CMPair runs an rdma_cm server program on the daemon at sock (one of
 // Daemon's), waits until it listens on its CM port, then the client, and
-// returns both outputs; both must succeed. A program that first listens
-// on a TCP port of that number counts as listening. With port 0 both get "-p
-// PORT" of a free port; otherwise the programs use port by themselves.
+// returns both outputs; both must succeed. With port 0 both get "-p
+// PORT" of a free port; otherwise the programs use port by themselves, and
+// one that first listens on a TCP port of that number counts as listening.
 func CMPair(t testing.TB, timeout time.Duration, lib, sock string, port int, server, client []string) (string, string) {
 	t.Helper()
-	v, ok := servers.Load(sock)
+	return CMPairAcross(t, timeout, lib, sock, sock, port, server, client)
+}
+
+// CMPairAcross is CMPair with the server on the daemon at srvSock and the
+// client on the one at cliSock (both of Daemon or RoCEDaemon).
+func CMPairAcross(t testing.TB, timeout time.Duration, lib, srvSock, cliSock string, port int, server, client []string) (string, string) {
+	t.Helper()
+	v, ok := servers.Load(srvSock)
 	if !ok {
-		t.Fatalf("CMPair needs a daemon of Daemon: %s", sock)
+		t.Fatalf("CMPair needs a daemon of Daemon: %s", srvSock)
 	}
 	srv := v.(*daemon.Server)
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	sargs, cargs := server[1:], client[1:]
+	tcpOK := port != 0 // a program on its own port may listen on TCP first (fi_pingpong's handshake)
 	if port == 0 {
 		port = FreePort(t)
 		p := strconv.Itoa(port)
 		sargs, cargs = append(sargs, "-p", p), append(cargs, "-p", p)
 	}
-	sp := Start(ctx, t, lib, sock, server[0], sargs...)
-	// Listening on the CM port, or (fi_pingpong) on a TCP port of the same number for its own handshake.
-	for deadline := time.Now().Add(timeout); !srv.CMListening(uint16(port)) && !Listening(port); time.Sleep(10 * time.Millisecond) {
+	sp := Start(ctx, t, lib, srvSock, server[0], sargs...)
+	// Listening on the CM port, or (tcpOK) on a TCP port of the same number for its own handshake;
+	// perftest -R listens on both, the CM port last.
+	for deadline := time.Now().Add(timeout); !srv.CMListening(uint16(port)) && !(tcpOK && Listening(port)); time.Sleep(10 * time.Millisecond) {
 		if sp.Exited() || time.Now().After(deadline) {
 			t.Fatalf("%s did not listen on CM port %d within %v:\n%s", server[0], port, timeout, sp.Output())
 		}
 	}
-	cp := Start(ctx, t, lib, sock, client[0], cargs...)
+	cp := Start(ctx, t, lib, cliSock, client[0], cargs...)
 	cerr, serr := cp.Wait(), sp.Wait()
 	so, co := sp.Output(), cp.Output()
 	if cerr != nil || serr != nil {

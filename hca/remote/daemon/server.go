@@ -98,6 +98,9 @@ func (s *Server) Serve(l *net.UnixListener) error {
 	}
 	s.listeners[l] = struct{}{}
 	s.mu.Unlock()
+	if s.Dev.GID() != ([16]byte{}) {
+		s.cmService() // the CM answers the wire's REQs from the start
+	}
 	defer func() {
 		s.mu.Lock()
 		delete(s.listeners, l)
@@ -679,7 +682,11 @@ func (c *conn) ucma(h remote.Header, pl []byte, fds []int) ([]byte, bool) {
 		}
 		errno, resp := cm.Command(pl)
 		if len(pl) >= 4 {
-			c.s.log().Debug("ucma", "conn", fmt.Sprintf("%p", c), "cmd", binary.LittleEndian.Uint32(pl), "errno", errno)
+			attrs := []any{"conn", fmt.Sprintf("%p", c), "cmd", binary.LittleEndian.Uint32(pl), "errno", errno}
+			if binary.LittleEndian.Uint32(pl) == 12 && len(resp) >= 20 { // GET_EVENT: the event and its status
+				attrs = append(attrs, "event", binary.LittleEndian.Uint32(resp[12:]), "status", int32(binary.LittleEndian.Uint32(resp[16:])))
+			}
+			c.s.log().Debug("ucma", attrs...)
 		}
 		r := binary.BigEndian.AppendUint32(make([]byte, 0, 4+len(resp)), uint32(errno))
 		return remote.Encode(nil, remote.TypeUcma|remote.ReplyBit, h.ID, append(r, resp...)), false
@@ -716,15 +723,34 @@ func signalFD(fd int, readable bool) {
 	}
 }
 
-// cmService returns the device's connection manager.
+// cmService returns the device's connection manager. With a RoCEv2
+// port it connects to the other hosts' CMs with MADs on QP1, and then
+// only 127.0.0.1 and ::1 besides the port's own address are this host's;
+// without one every loopback address is.
 func (s *Server) cmService() *ucma.Service {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.cm == nil {
 		gid, _ := s.Dev.SourceGID(3) // the RoCEv2 GID of the port's address
 		own := netip.AddrFrom16(gid).Unmap()
-		s.cm = ucma.New(ucma.Device{GUID: ifc.NodeGUID(s.Dev.LID()), GID: gid, SGIDIndex: 3,
-			Local: func(a netip.Addr) bool { return a.IsLoopback() || a == own }})
+		dev := ucma.Device{GUID: ifc.NodeGUID(s.Dev.LID()), GID: gid, SGIDIndex: 3,
+			Local: func(a netip.Addr) bool { return a.IsLoopback() || a == own }}
+		if wire := s.Dev.GID(); wire != ([16]byte{}) {
+			dev.Addr = netip.AddrFrom16(wire).Unmap()
+			dev.Local = func(a netip.Addr) bool {
+				return a == dev.Addr || a == netip.AddrFrom4([4]byte{127, 0, 0, 1}) || a == netip.IPv6Loopback()
+			}
+			dev.Send = func(to netip.Addr, mad []byte) { _ = s.Dev.SendMAD(to, mad) }
+		}
+		s.cm = ucma.New(dev)
+		if dev.Send != nil {
+			cm := s.cm
+			s.Dev.SetMADHandler(func(from netip.Addr, mad []byte) {
+				if err := cm.HandleMAD(from, mad); err != nil {
+					s.log().Debug("cm mad dropped", "from", from, "err", err)
+				}
+			})
+		}
 	}
 	return s.cm
 }
