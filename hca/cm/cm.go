@@ -6,6 +6,10 @@
 // before either returns, so that neither sends before the other
 // receives.
 //
+// It is the byte-stream variant: it speaks no CM MADs. The InfiniBand
+// CM's exchange (REQ, REP, RTU, … on QP1, as rdma_cm programs see it) is
+// the daemon's connection manager, package hca/ucma.
+//
 // The exchange is Info's 30 bytes each way, then one byte each way:
 //
 //	"HCM1" LID(2) GID(16) QPN(4) PSN(4), all big-endian; then 'R'

@@ -144,9 +144,29 @@ func (s *Service) timedOut(id *cmID) {
 		s.send(id.peerHost, &msg{attr: attrREJ, tid: id.tid, local: id.comm, remote: id.peerComm, which: rejMsgREP, reason: rejTimeout})
 		s.emit(id, evUnreachable, timeout, nil, 0)
 	case stDreqSent:
-		id.st = stDisconnected
+		s.disconnected(id)
 		s.emit(id, evDisconnected, timeout, &connParam{}, 0)
 	}
+}
+
+// disconnected moves id to disconnected and into the CM's timewait,
+// after which (if the id still exists) it gets TIMEWAIT_EXIT.
+func (s *Service) disconnected(id *cmID) {
+	id.st = stDisconnected
+	if id.timewait != nil {
+		return
+	}
+	d := s.dev.TimeWait
+	if d <= 0 {
+		d = time.Duration(1) << (pathLifetime + 1 - 8) * time.Millisecond
+	}
+	id.timewait = time.AfterFunc(d, func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if s.ids[id.id] == id && id.st == stDisconnected {
+			s.emit(id, evTimewaitExit, 0, nil, 0)
+		}
+	})
 }
 
 func (c *call) connect(id *cmID) syscall.Errno {
@@ -244,7 +264,7 @@ func (s *Service) handle(from netip.Addr, m *msg) bool {
 	case attrDREP:
 		if id.st == stDreqSent {
 			id.retrans.stop()
-			id.st = stDisconnected
+			s.disconnected(id)
 			s.emit(id, evDisconnected, 0, &connParam{}, 0)
 		}
 	case attrSIDRRep:
@@ -486,7 +506,7 @@ func (s *Service) disconnect(id *cmID) syscall.Errno {
 			s.timedOut(id) // no one to answer: the DREQ times out
 		}
 	case stDreqRcvd:
-		id.st = stDisconnected
+		s.disconnected(id)
 		s.send(id.peerHost, &msg{attr: attrDREP, tid: id.tid, local: id.comm, remote: id.peerComm})
 	case stDreqSent, stDisconnected:
 	default:

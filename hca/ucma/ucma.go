@@ -44,6 +44,10 @@ type Device struct {
 	// path rdma_cm sets up); MaxRetries how often (0: rdma_cm's 15).
 	Retry      time.Duration
 	MaxRetries int
+	// TimeWait is how long a disconnected id stays in the CM's timewait
+	// before TIMEWAIT_EXIT (0: the kernel's 2.048 s, the path's local ACK
+	// timeout).
+	TimeWait time.Duration
 	// SGIDIndex is the GID table index of the RoCEv2 GID for the local
 	// addresses (an address handle's sgid_index).
 	SGIDIndex uint8
@@ -193,6 +197,7 @@ type cmID struct {
 	peerQPN, peerPSN   uint32
 	retrans            retrans // the message it waits for an answer to (on the wire)
 	sent               *msg    // a passive id's REP or SIDR_REP, sent again for a repeated request
+	timewait           *time.Timer
 	respRes, initDepth uint8
 	retry, rnrRetry    uint8
 	listener           *cmID // a child: the listener its request came to
@@ -380,6 +385,9 @@ func (s *Service) remove(id *cmID) {
 	}
 	delete(s.comms, id.comm)
 	id.retrans.stop()
+	if id.timewait != nil {
+		id.timewait.Stop()
+	}
 	for _, o := range s.ids {
 		if o.listener == id {
 			o.listener = nil

@@ -37,7 +37,7 @@ var (
 func newLink(retry time.Duration, maxRetries int) (*link, *Service, *Service) {
 	l := &link{svc: map[netip.Addr]*Service{}, wake: make(chan struct{}, 1)}
 	mk := func(own netip.Addr, guid uint64) *Service {
-		s := New(Device{GUID: guid, GID: gidOf(own), SGIDIndex: 3, Addr: own, Retry: retry, MaxRetries: maxRetries,
+		s := New(Device{GUID: guid, GID: gidOf(own), SGIDIndex: 3, Addr: own, Retry: retry, MaxRetries: maxRetries, TimeWait: time.Hour,
 			Local: func(a netip.Addr) bool { return a == own || a == netip.MustParseAddr("127.0.0.1") },
 			Send: func(to netip.Addr, mad []byte) {
 				m, err := decode(mad)
@@ -273,10 +273,12 @@ func TestWireSIDR(t *testing.T) {
 
 // TestWireRetries: each message that waits for an answer is sent again
 // when the first copy is lost (REQ, REP, DREQ, and SIDR_REQ), answers to
-// repeated messages are repeated (REP, DREP), and a host that never
-// answers times out: UNREACHABLE -ETIMEDOUT after MaxRetries resends.
+// repeated messages are repeated (REP, DREP), both sides of a connection
+// leave the timewait with TIMEWAIT_EXIT, and a host that never answers
+// times out: UNREACHABLE -ETIMEDOUT after MaxRetries resends.
 func TestWireRetries(t *testing.T) {
 	lk, a, b := newLink(20*time.Millisecond, 3)
+	a.dev.TimeWait, b.dev.TimeWait = 30*time.Millisecond, 30*time.Millisecond
 	lost := map[uint16]bool{}
 	lk.drop = func(m *msg) bool {
 		if (m.attr == attrREQ || m.attr == attrREP || m.attr == attrDREQ || m.attr == attrSIDRReq) && !lost[m.attr] {
@@ -307,6 +309,11 @@ func TestWireRetries(t *testing.T) {
 	srv.idCmd(cmdDisconnect, child)
 	_, _, ev, st, _ := cli.waitEvent(b)
 	require.Equal(t, [2]int32{evDisconnected, 0}, [2]int32{int32(ev), st})
+	// Both sides leave the timewait: TIMEWAIT_EXIT.
+	_, id, ev, _, _ := cli.waitEvent(b)
+	require.Equal(t, [2]uint32{c, evTimewaitExit}, [2]uint32{id, ev})
+	_, id, ev, _, _ = srv.waitEvent(a)
+	require.Equal(t, [2]uint32{child, evTimewaitExit}, [2]uint32{id, ev})
 
 	u := cli.create(4, psUDP)
 	srv.listen(psUDP, 7175)
@@ -326,7 +333,7 @@ func TestWireRetries(t *testing.T) {
 	c2 := cli.create(7, psTCP)
 	cli.resolve(c2, netip.AddrPortFrom(hostA, 7174))
 	cli.connect(c2, 0x102, "")
-	_, id, ev, st, _ := cli.waitEvent(b)
+	_, id, ev, st, _ = cli.waitEvent(b)
 	require.Equal(t, [3]int32{int32(c2), evUnreachable, -int32(syscall.ETIMEDOUT)}, [3]int32{int32(id), int32(ev), st})
 	require.Equal(t, []uint16{attrREQ, attrREQ, attrREQ, attrREQ}, lk.attrs()[before:], "the REQ and 3 resends")
 }
