@@ -4,6 +4,7 @@ import (
 	"context"
 	"debug/elf"
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -12,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/require"
 
 	"github.com/hcasim/hcasim/internal/frontendtest"
 )
@@ -343,4 +346,33 @@ func TestRdmaCMDeviceRemoval(t *testing.T) {
 	if !strings.Contains(p.Output(), "device removal") {
 		t.Errorf("no device removal reported:\n%s", p.Output())
 	}
+}
+
+// TestRsPreload: librdmacm's librspreload.so, preloaded after hcasim's
+// rdma_cm shim, turns a program's plain TCP sockets into rsockets over
+// hcasim (rstream -T s: its socket path), on one daemon and across two.
+func TestRsPreload(t *testing.T) {
+	lib := frontendtest.Lib(t)
+	rstream := frontendtest.Need(t, "rstream", "rdmacm-utils")
+	rs := "/usr/lib/x86_64-linux-gnu/rsocket/librspreload.so"
+	if _, err := os.Stat(rs); err != nil {
+		frontendtest.Missing(t, "%s missing: install librdmacm1", rs)
+	}
+	pre := "LD_PRELOAD=" + filepath.Join(lib, "libhcasim_ucma.so") + ":" + rs
+	run := func(t *testing.T, srvSock, cliSock, addr string) {
+		so, co := frontendtest.CMPairAcross(t, 60*time.Second, lib, srvSock, cliSock, 0,
+			[]string{"/usr/bin/env", pre, rstream, "-T", "s", "-S", "4096", "-C", "100", "-b", addr},
+			[]string{"/usr/bin/env", pre, rstream, "-T", "s", "-S", "4096", "-C", "100", "-s", addr})
+		for _, o := range []string{so, co} {
+			require.Contains(t, o, "4k", "rstream's result line")
+		}
+	}
+	t.Run("one daemon", func(t *testing.T) {
+		sock := frontendtest.Daemon(t)
+		run(t, sock, sock, "127.0.0.1")
+	})
+	t.Run("across", func(t *testing.T) {
+		sa, sb, ip := cmRoCEPair(t, nil)
+		run(t, sa, sb, ip)
+	})
 }
