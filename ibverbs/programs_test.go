@@ -376,3 +376,40 @@ func TestRsPreload(t *testing.T) {
 		run(t, sa, sb, ip)
 	})
 }
+
+// TestUCX: UCX (ucx-utils) finds hcasim0 as an IB memory domain with its
+// rc_verbs and ud_verbs transports, and ucx_perftest's UCT tests run
+// over rc_verbs: PUT latency (inline writes) and zero-copy PUT bandwidth
+// on one daemon, and PUT bandwidth across two RoCE daemons.
+func TestUCX(t *testing.T) {
+	lib := frontendtest.Lib(t)
+	info := frontendtest.Need(t, "ucx_info", "ucx-utils")
+	perf := frontendtest.Need(t, "ucx_perftest", "ucx-utils")
+	sock := frontendtest.Daemon(t)
+	out := frontendtest.Run(t, 60*time.Second, lib, sock, info, "-d")
+	for _, want := range []string{"Memory domain: hcasim0", "Transport: rc_verbs", "Transport: ud_verbs", "Device: hcasim0:1"} {
+		require.Contains(t, out, want, "ucx_info -d")
+	}
+	final := regexp.MustCompile(`(?m)^Final:\s+(\d+)\s`)
+	check := func(t *testing.T, out string, n int) {
+		m := final.FindStringSubmatch(out)
+		require.NotNil(t, m, "no Final line:\n%s", out)
+		require.Equal(t, strconv.Itoa(n), m[1], "iterations")
+	}
+	for _, args := range [][]string{
+		{"-t", "put_lat", "-x", "rc_verbs", "-d", "hcasim0:1", "-n", "200", "-s", "8"},
+		{"-t", "put_bw", "-x", "rc_verbs", "-d", "hcasim0:1", "-D", "zcopy", "-n", "200", "-s", "65536"},
+	} {
+		t.Run(strings.Join(args[:2], " "), func(t *testing.T) {
+			_, co := frontendtest.Pair(t, 90*time.Second, lib, sock, []string{perf}, append([]string{perf}, args...))
+			check(t, co, 200)
+		})
+	}
+	t.Run("across", func(t *testing.T) {
+		sa, sb, _ := cmRoCEPair(t, nil)
+		outs, err := frontendtest.Group(t, 90*time.Second, lib, sa, []string{sb}, []string{perf},
+			[]string{perf, "-t", "put_bw", "-x", "rc_verbs", "-d", "hcasim0:1", "-D", "zcopy", "-n", "500", "-s", "65536"})
+		require.NoError(t, err, "server:\n%s\nclient:\n%s", outs[0], outs[len(outs)-1])
+		check(t, outs[1], 500)
+	})
+}

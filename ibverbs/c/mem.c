@@ -24,6 +24,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/sysmacros.h>
 #include <ucontext.h>
 #include <unistd.h>
@@ -273,8 +274,10 @@ static void move_on_side(void)
 	extern struct move *hc_cur_move;
 	struct move *m = hc_cur_move;
 	memcpy(m->from, m->to, m->len);
-	void *r = mremap(m->from, m->len, m->len, MREMAP_MAYMOVE | MREMAP_FIXED, m->to);
-	m->err = r == MAP_FAILED ? errno : 0; /* after the remap: lands in the new pages */
+	/* The system call itself: a program's memory hooks (UCX's ucm) wrap
+	 * mremap() and drop its fifth argument. */
+	long r = syscall(SYS_mremap, m->from, m->len, m->len, MREMAP_MAYMOVE | MREMAP_FIXED, m->to);
+	m->err = r == -1 ? errno : 0; /* after the remap: lands in the new pages */
 }
 
 struct move *hc_cur_move; /* under regions_mu */

@@ -522,10 +522,20 @@ static int net_raw(void)
 	return found && (cap >> 13 & 1);
 }
 
-/* dest_lid returns the LID the AV names: its DLID, or for a global route
- * without one the LID our GIDs carry (hc_guid). */
+/* dest_lid returns the LID the AV names. The port is Ethernet, where the
+ * GID is the address and the DLID means nothing (UCX puts a UDP source
+ * port hint there): a GID of our own port is us; then the DLID, or for a
+ * global route without one the LID our GIDs carry (hc_guid). */
 static uint16_t dest_lid(const struct hc_context *ctx, const struct ibv_ah_attr *ah)
 {
+	if (ah->is_global) {
+		for (unsigned i = 0; i < 4; i++) { /* the entries hc_gid_entry fills */
+			union ibv_gid g;
+			unsigned type;
+			if (!hc_gid_entry(ctx, i, &g, &type) && !memcmp(g.raw, ah->grh.dgid.raw, sizeof g.raw))
+				return ctx->caps.lid;
+		}
+	}
 	if (ah->dlid)
 		return ah->dlid;
 	if (ah->is_global) {

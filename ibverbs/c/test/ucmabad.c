@@ -64,6 +64,13 @@ int main(void)
 		die("open /dev/infiniband/rdma_cm (is libhcasim_ucma.so preloaded?)");
 	struct stat st;
 	CHECK("fstat says a character device", !fstat(fd, &st) && S_ISCHR(st.st_mode), "mode %o", st.st_mode);
+	/* The verbs node UCX looks for: a read-write character device. */
+	CHECK("stat of /dev/infiniband/uverbs0: a character device",
+	      !stat("/dev/infiniband/uverbs0", &st) && S_ISCHR(st.st_mode), "errno %d", errno);
+	CHECK("access of /dev/infiniband/uverbs0: read-write", !access("/dev/infiniband/uverbs0", R_OK | W_OK), "errno %d",
+	      errno);
+	CHECK("stat of /dev/infiniband/uverbs: no such node", stat("/dev/infiniband/uverbs", &st) < 0, "found");
+	CHECK("stat of /dev/infiniband/uverbs0x: no such node", stat("/dev/infiniband/uverbs0x", &st) < 0, "found");
 	uint8_t junk[16] = {0};
 	CHECK("a write shorter than the header: EINVAL", write(fd, junk, 4) < 0 && errno == EINVAL, "errno %d", errno);
 	volatile uintptr_t wild = 8; /* hidden from the compiler's bounds checks */

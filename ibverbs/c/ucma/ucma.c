@@ -484,6 +484,9 @@ REAL(__open_2, int, const char *, int)
 REAL(__open64_2, int, const char *, int)
 REAL(fstat, int, int, struct stat *)
 REAL(fstat64, int, int, struct stat64 *)
+REAL(stat, int, const char *, struct stat *)
+REAL(stat64, int, const char *, struct stat64 *)
+REAL(access, int, const char *, int)
 REAL(write, ssize_t, int, const void *, size_t)
 REAL(close, int, int)
 
@@ -569,6 +572,52 @@ __attribute__((visibility("default"))) int fstat64(int fd, struct stat64 *st)
 		return 0;
 	}
 	return get_fstat64()(fd, st);
+}
+
+/*
+ * The verbs device node (/dev/infiniband/uverbs0, the front end's
+ * dev_name): UCX's IB transports use a device only if stat() shows this
+ * character device and access() grants read and write, though they never
+ * open it (the front end talks to the daemon).
+ */
+static int is_verbs_node(const char *path)
+{
+	const char *p = "/dev/infiniband/uverbs";
+	size_t n = strlen(p);
+	if (!path || strncmp(path, p, n))
+		return 0;
+	path += n;
+	if (!*path)
+		return 0;
+	for (; *path; path++)
+		if (*path < '0' || *path > '9')
+			return 0;
+	return 1;
+}
+
+__attribute__((visibility("default"))) int stat(const char *path, struct stat *st)
+{
+	if (is_verbs_node(path) || is_cm_path(path)) {
+		chardev(st);
+		return 0;
+	}
+	return get_stat()(path, st);
+}
+
+__attribute__((visibility("default"))) int stat64(const char *path, struct stat64 *st)
+{
+	if (is_verbs_node(path) || is_cm_path(path)) {
+		chardev((struct stat *)st); /* the same layout on 64-bit */
+		return 0;
+	}
+	return get_stat64()(path, st);
+}
+
+__attribute__((visibility("default"))) int access(const char *path, int mode)
+{
+	if (is_verbs_node(path) || is_cm_path(path))
+		return 0;
+	return get_access()(path, mode);
 }
 
 __attribute__((visibility("default"))) ssize_t write(int fd, const void *b, size_t len)
