@@ -2,6 +2,7 @@ package ibverbs_test
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"github.com/hcasim/hcasim/internal/tooltest"
 	"io"
@@ -16,6 +17,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/require"
 
 	"github.com/hcasim/hcasim/hca"
 	"github.com/hcasim/hcasim/internal/frontendtest"
@@ -500,4 +503,74 @@ func TestRdmaCMCapture(t *testing.T) {
 	if bad := strings.TrimSpace(tsharkRead(t, tshark, pcap, "-Y", "_ws.malformed || (udp.dstport == 4791 && !infiniband)")); bad != "" {
 		t.Errorf("malformed or undecoded frames:\n%s", bad)
 	}
+}
+
+// TestRdmaCMAcrossPeerGone: an rping connection across two daemons whose
+// server's daemon goes away mid-run: the server is told DEVICE_REMOVAL,
+// and the client on the other daemon, whose peer no longer answers,
+// sees its QP fail (retries exceeded) and ends by itself — no hang.
+func TestRdmaCMAcrossPeerGone(t *testing.T) {
+	lib := frontendtest.Lib(t)
+	rping := frontendtest.Need(t, "rping", "rdmacm-utils")
+	sa, sb, ip := cmRoCEPair(t, nil)
+	port := strconv.Itoa(frontendtest.FreePort(t))
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	srv := frontendtest.Start(ctx, t, lib, sa, rping, "-s", "-a", ip, "-p", port, "-C", "100000000")
+	for deadline := time.Now().Add(20 * time.Second); !frontendtest.CMListening(sa, mustAtoi(t, port)); time.Sleep(10 * time.Millisecond) {
+		if srv.Exited() || time.Now().After(deadline) {
+			t.Fatalf("rping did not listen:\n%s", srv.Output())
+		}
+	}
+	cli := frontendtest.Start(ctx, t, lib, sb, rping, "-c", "-a", ip, "-p", port, "-C", "100000000")
+	time.Sleep(500 * time.Millisecond) // pinging
+	require.False(t, cli.Exited(), "the client ended early:\n%s", cli.Output())
+	frontendtest.StopDaemon(t, sa)
+	srv.Wait()
+	cerr := cli.Wait()
+	if ctx.Err() != nil {
+		t.Fatalf("a program did not end after the server's daemon went away:\nserver:\n%s\nclient:\n%s", srv.Output(), cli.Output())
+	}
+	require.Contains(t, srv.Output(), "device removal", "the server is told")
+	// The daemon closed its ids as it went: the client heard their DREQ.
+	require.NoError(t, cerr)
+	require.Contains(t, cli.Output(), "DISCONNECT EVENT", "the client is told")
+}
+
+// TestRdmaCMAcrossPeerKilled: as TestRdmaCMAcrossPeerGone, but the
+// server's daemon (an hcasim serve process) is killed with SIGKILL: no
+// DREQ comes, and the client of ib_write_bw -R --run_infinitely, which
+// always has WRITEs in flight, sees them fail (retries exceeded, status
+// 12) and ends by itself. (A program that only waits to receive would
+// wait for ever, as on a ConnectX whose peer lost power.)
+func TestRdmaCMAcrossPeerKilled(t *testing.T) {
+	lib := frontendtest.Lib(t)
+	bw := frontendtest.Need(t, "ib_write_bw", "perftest")
+	a, b := startRoCEPair(t)
+	port := strconv.Itoa(frontendtest.FreePort(t))
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	srv := frontendtest.Start(ctx, t, lib, a.sock, bw, "-R", "--run_infinitely", "-p", port)
+	var cli *frontendtest.Proc
+	for try := 0; ; try++ { // until the server listens (its daemon is another process: no CMListening)
+		cli = frontendtest.Start(ctx, t, lib, b.sock, bw, "-R", "--run_infinitely", "-p", port, a.ip)
+		time.Sleep(2 * time.Second)
+		if !cli.Exited() {
+			break
+		}
+		require.Less(t, try, 20, "the client never connected:\nserver:\n%s\nclient:\n%s", srv.Output(), cli.Output())
+	}
+	require.NoError(t, a.cmd.Process.Kill())
+	<-a.exited
+	cerr := cli.Wait()
+	require.NoError(t, ctx.Err(), "the client did not end after the server's daemon was killed:\n%s", cli.Output())
+	require.Error(t, cerr, "the client fails:\n%s", cli.Output())
+	require.Contains(t, cli.Output(), "Failed status 12", "retries exceeded")
+}
+
+func mustAtoi(t *testing.T, s string) int {
+	t.Helper()
+	n, err := strconv.Atoi(s)
+	require.NoError(t, err)
+	return n
 }
