@@ -18,22 +18,23 @@ type Func struct {
 	mem   *klm.Memory
 	mkeys *klm.Table
 
-	mu       sync.Mutex
-	closed   bool
-	pds      domains // PDs
-	xrcds    domains // XRC domains
-	cqs      map[uint32]*CQ
-	nextCQN  uint32
-	qps      map[uint32]*QP
-	srqs     map[uint32]*SRQ
-	nextSRQN uint32
-	psvs     map[uint32]*PSV // changed with mu and psvMu held; psv reads it with psvMu
-	psvMu    sync.RWMutex
-	nextPSV  uint32
-	dmaNext  uint64
-	dma      map[uint64][]byte
-	charged  uint64            // device memory its objects hold (budget.go)
-	mkeyCost map[uint32]uint64 // what each mkey was charged
+	mu           sync.Mutex
+	closed       bool
+	pds          domains // PDs
+	xrcds        domains // XRC domains
+	cqs          map[uint32]*CQ
+	nextCQN      uint32
+	qps          map[uint32]*QP
+	srqs         map[uint32]*SRQ
+	nextSRQN     uint32
+	psvs         map[uint32]*PSV // changed with mu and psvMu held; psv reads it with psvMu
+	psvMu        sync.RWMutex
+	nextPSV      uint32
+	dmaNext      uint64
+	dma          map[uint64][]byte
+	charged      uint64            // device memory its objects hold (budget.go)
+	budgetLogged bool              // its refusal by a budget was logged
+	mkeyCost     map[uint32]uint64 // what each mkey was charged
 
 	evMu   sync.Mutex
 	events []ifc.Event

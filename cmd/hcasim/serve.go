@@ -16,6 +16,7 @@ import (
 	"os/signal"
 	"runtime/pprof"
 	"sort"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -40,6 +41,8 @@ var serveOpts struct {
 	pcap    *string
 	lid     *uint
 	stats   *time.Duration
+	funcMem *string
+	devMem  *string
 	rcSrc   *string
 	scale   *float64
 	faults  faultFlags
@@ -104,6 +107,8 @@ var serveCmd = &command{
 		serveOpts.rcSrc = fs.String("rc-source", "strict", "strict: an RC QP serves only its connected peer; hardware: any request whose QPN and PSN fit, as RNICs do (QP injection possible)")
 		serveOpts.scale = fs.Float64("time-scale", 1, "divide the transport timers (ACK timeout, RNR delay) by F, so that clients' tests of retries run fast (hca.Options.TimeScale; F >= 1). A timer scaled below what the Go scheduler honours (tens of microseconds) fires late, never early")
 		serveOpts.stats = fs.Duration("stats", 0, "log the port counters this often (0: only at exit)")
+		serveOpts.funcMem = fs.String("func-mem", "", "the device memory one client's objects may hold (mkeys' translations, QPs, CQs), e.g. 512M or 2G (default: the preset's, 192M for cx5); past it creates are refused with EXCEED_LIM")
+		serveOpts.devMem = fs.String("dev-mem", "", "the device memory all clients' objects together may hold, e.g. 8G (default: the preset's, 2G for cx5)")
 		serveOpts.faults.register(fs)
 		serveOpts.grace = fs.Duration("grace", 500*time.Millisecond, "on SIGINT, SIGTERM or SIGHUP, how long clients get to see their flush completions before connections close")
 	},
@@ -147,6 +152,25 @@ func presetNames() []string {
 // serveReady, if set, is called with the socket path once the daemon
 // accepts connections (tests).
 var serveReady func(path string)
+
+// parseBytes parses a size: a number of bytes with an optional K, M or G
+// (powers of 1024).
+func parseBytes(s string) (uint64, error) {
+	mul := uint64(1)
+	switch {
+	case strings.HasSuffix(s, "K"):
+		mul, s = 1<<10, strings.TrimSuffix(s, "K")
+	case strings.HasSuffix(s, "M"):
+		mul, s = 1<<20, strings.TrimSuffix(s, "M")
+	case strings.HasSuffix(s, "G"):
+		mul, s = 1<<30, strings.TrimSuffix(s, "G")
+	}
+	n, err := strconv.ParseUint(s, 10, 64)
+	if err != nil || n > math.MaxUint64/mul {
+		return 0, fmt.Errorf("size %q", s)
+	}
+	return n * mul, nil
+}
 
 // maxSocketPath is the longest Unix socket path: sun_path holds 108 bytes
 // on Linux, the terminating NUL included.
@@ -205,6 +229,20 @@ func runServe(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) error {
 		defer pprof.StopCPUProfile()
 	}
 	caps := preset()
+	for _, b := range []struct {
+		flag string
+		v    *string
+		dst  *uint64
+	}{{"--func-mem", serveOpts.funcMem, &caps.FuncMemBytes}, {"--dev-mem", serveOpts.devMem, &caps.DevMemBytes}} {
+		if *b.v == "" {
+			continue
+		}
+		n, err := parseBytes(*b.v)
+		if err != nil || n == 0 {
+			return badUsage("%s %q: want a size such as 512M or 2G", b.flag, *b.v)
+		}
+		*b.dst = n
+	}
 	if *serveOpts.lid > 0xBFFF {
 		return badUsage("--lid %d: a unicast LID is 1..0xBFFF", *serveOpts.lid)
 	}

@@ -7,6 +7,7 @@ import (
 	"github.com/hcasim/hcasim/hca/ifc"
 	"github.com/hcasim/hcasim/hca/remote/daemon"
 	"net"
+	"runtime"
 	"os"
 	"strings"
 	"sync/atomic"
@@ -1489,4 +1490,52 @@ func TestMemoryBudgets(t *testing.T) {
 	_, err = pd.AllocMR(verbs.MRTypeMemReg, 8192)
 	require.NoError(t, err, "A's share came back")
 	healthy(t, path)
+}
+
+// TestHostileClientDefaultBudget: with the default budgets, a client that
+// registers MRs with 32 KiB MTTs without end (issue 29's hostile client,
+// which held 862 MiB of the daemon under the old 1 GiB budget) is refused
+// with EXCEED_LIM at its 192 MiB budget, before the daemon's heap grows
+// by 256 MiB; another client still works, and the refused one's memory
+// comes back when it goes.
+func TestHostileClientDefaultBudget(t *testing.T) {
+	if testing.Short() {
+		t.Skip("creates about 3,000 mkeys")
+	}
+	caps := hca.ConnectX5Caps
+	require.Equal(t, uint64(192<<20), caps.FuncMemBytes, "the default per-client budget")
+	dev := hca.New(hca.Options{Caps: &caps})
+	t.Cleanup(func() { dev.Close() })
+	path, _ := serveDevice(t, dev)
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	a := dial(t, path)
+	pd, err := a.AllocPD()
+	require.NoError(t, err)
+	buf, err := a.Alloc(16 << 20) // 4096 pages: each registration sends a 32 KiB MTT (64 KiB is past a message)
+	require.NoError(t, err)
+	n := 0
+	for ; ; n++ {
+		if _, err = pd.RegMR(buf, verbs.AccessLocalWrite); err != nil {
+			break
+		}
+		require.Less(t, n, 1<<20, "never refused")
+	}
+	var ce *ifc.CmdError
+	require.True(t, errors.As(err, &ce) && ce.Status == ifc.StatusExceedLim, "the refusal: %v", err)
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	growth := int64(after.HeapInuse+after.StackInuse) - int64(before.HeapInuse+before.StackInuse)
+	t.Logf("%d mkeys before EXCEED_LIM; the device holds %d MiB; the heap grew %d MiB", n, dev.MemCharged()>>20, growth>>20)
+	require.InDelta(t, float64(192<<20)/float64(512+32<<10), n, 2, "mkeys within the budget")
+	require.Less(t, growth, int64(256<<20), "the daemon's growth")
+	b := dial(t, path)
+	_, err = b.AllocPD()
+	require.NoError(t, err, "another client works")
+	require.NoError(t, a.Close())
+	for deadline := time.Now().Add(5 * time.Second); dev.MemCharged() > 1<<20 && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
+	require.Less(t, dev.MemCharged(), uint64(1<<20), "the refused client's share came back")
 }
