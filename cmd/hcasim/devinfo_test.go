@@ -307,3 +307,28 @@ func TestDevinfoAgreesWithFrontend(t *testing.T) {
 		}
 	})
 }
+
+// serve --func-mem / --dev-mem set the memory budgets a daemon
+// advertises (devinfo --connect shows them); a size that is not one is
+// a usage error.
+func TestServeBudgetFlags(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "d.sock")
+	hcasimChild(t, "serve", "--socket", sock, "--func-mem", "512M", "--dev-mem", "4G", "--log-level", "warn")
+	waitSocket(t, sock)
+	code, out, errOut := runCLI("devinfo", "--json", "--connect", sock)
+	require.Equal(t, 0, code, errOut)
+	var d devinfo
+	require.NoError(t, json.Unmarshal([]byte(out), &d), out)
+	assert.Equal(t, uint64(512<<20), d.Caps.FuncMemBytes)
+	assert.Equal(t, uint64(4<<30), d.Caps.DevMemBytes)
+	for _, bad := range []string{"lots", "0", "12X", "-1M"} {
+		code, _, errOut := runCLI("serve", "--socket", filepath.Join(t.TempDir(), "x.sock"), "--func-mem", bad)
+		assert.NotEqual(t, 0, code, bad)
+		assert.Contains(t, errOut, "--func-mem", bad)
+	}
+	n, err := parseBytes("192M")
+	require.NoError(t, err)
+	assert.Equal(t, uint64(192<<20), n)
+	_, err = parseBytes("99999999999999999999G")
+	assert.Error(t, err)
+}
