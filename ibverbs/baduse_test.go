@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/hcasim/hcasim/internal/frontendtest"
 )
 
@@ -204,4 +206,39 @@ func TestXRCVerbs(t *testing.T) {
 	lib := frontendtest.Lib(t)
 	bin := buildC(t, filepath.Join("c", "test", "xrc.c"), "-libverbs")
 	runChecks(t, lib, frontendtest.Daemon(t), bin, 35, filepath.Join(t.TempDir(), "xrc_domain"))
+}
+
+// TestDaemonRestart: a program whose daemon goes away (stopped, then a new
+// one started on the same socket, as a restart does) gets
+// IBV_EVENT_DEVICE_FATAL on its async fd and an error from every verb
+// that needs the device, while its destroys succeed — a ConnectX reset
+// as a program sees it (c/test/restart.c); a program started afterwards
+// uses the new daemon.
+func TestDaemonRestart(t *testing.T) {
+	lib := frontendtest.Lib(t)
+	bin := buildC(t, filepath.Join("c", "test", "restart.c"), "-libverbs")
+	sock := frontendtest.Daemon(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	p := frontendtest.Start(ctx, t, lib, sock, bin)
+	for deadline := time.Now().Add(30 * time.Second); !strings.Contains(p.Output(), "ready\n"); time.Sleep(10 * time.Millisecond) {
+		if p.Exited() || time.Now().After(deadline) {
+			t.Fatalf("restart.c did not get ready:\n%s", p.Output())
+		}
+	}
+	frontendtest.StopDaemon(t, sock)
+	again := frontendtest.DaemonAt(t, sock)
+	err := p.Wait()
+	require.NoError(t, ctx.Err(), "the program hung:\n%s", p.Output())
+	n := 0
+	for _, l := range strings.Split(p.Output(), "\n") {
+		if strings.HasPrefix(l, "ok ") {
+			n++
+		} else if strings.HasPrefix(l, "FAIL") {
+			t.Error(l)
+		}
+	}
+	require.NoError(t, err, p.Output())
+	require.GreaterOrEqual(t, n, 14, p.Output())
+	frontendtest.Run(t, 20*time.Second, lib, again, "ibv_devinfo")
 }

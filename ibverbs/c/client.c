@@ -168,6 +168,17 @@ static void dispatch_events(struct hc_context *ctx, const uint8_t *p, size_t len
 	}
 }
 
+/* hc_gone reports whether the daemon's connection has ended: the device
+ * is then as a ConnectX after a fatal error, where every command the
+ * kernel would run fails with EIO. */
+int hc_gone(struct hc_context *ctx)
+{
+	pthread_mutex_lock(&ctx->mu);
+	int d = ctx->dead;
+	pthread_mutex_unlock(&ctx->mu);
+	return d;
+}
+
 /* conn_over marks the connection ended: waiting requests fail with EIO,
  * and the program gets IBV_EVENT_DEVICE_FATAL (once). */
 static void conn_over(struct hc_context *ctx)

@@ -224,6 +224,8 @@ HC_EXPORT int ibv_close_device(struct ibv_context *c)
 HC_EXPORT int ibv_query_device(struct ibv_context *c, struct ibv_device_attr *a)
 {
 	struct hc_context *ctx = hc_ctx(c);
+	if (hc_gone(ctx))
+		return EIO; /* the device is gone (the daemon's connection ended) */
 	struct hc_caps *k = &ctx->caps;
 	memset(a, 0, sizeof *a);
 	snprintf(a->fw_ver, sizeof a->fw_ver, "%s", HC_FW_VER);
@@ -268,7 +270,9 @@ int hc_query_device_ex(struct ibv_context *c, const struct ibv_query_device_ex_i
 		return EINVAL;
 	struct ibv_device_attr_ex x;
 	memset(&x, 0, sizeof x);
-	ibv_query_device(c, &x.orig_attr);
+	int err = ibv_query_device(c, &x.orig_attr);
+	if (err)
+		return err;
 	x.max_dm_size = 0;
 	x.phys_port_cnt_ex = 1;
 	/* RSS as mlx5: raw packet QPs, Toeplitz over IPv4/IPv6 addresses and
@@ -310,6 +314,8 @@ int hc_query_port(struct ibv_context *c, uint8_t port, struct ibv_port_attr *a, 
 {
 	if (port != 1)
 		return EINVAL;
+	if (hc_gone(hc_ctx(c)))
+		return EIO;
 	struct ibv_port_attr p;
 	fill_port(&p);
 	memcpy(a, &p, len < sizeof p ? len : sizeof p);

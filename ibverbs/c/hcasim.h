@@ -515,6 +515,7 @@ uint64_t hc_guid(uint16_t lid);
 int hc_check_av(const struct hc_context *ctx, const struct ibv_ah_attr *ah);
 uint16_t hc_dest_lid(const struct hc_context *ctx, const struct ibv_ah_attr *ah);
 int hc_gid_entry(const struct hc_context *ctx, unsigned index, union ibv_gid *g, unsigned *type);
+int hc_gone(struct hc_context *ctx);
 
 /* IBVERBS_PRIVATE symbols whose prototypes are in rdma-core 44's
  * infiniband/driver.h, which Debian does not install: declared here exactly

@@ -758,6 +758,8 @@ HC_EXPORT int ibv_query_qp(struct ibv_qp *q, struct ibv_qp_attr *a, int mask, st
 	uint8_t out[HC_QP_OUT_SIZE];
 	size_t outlen = 0;
 	int s = device_state(qp, out, &outlen);
+	if (s < 0 && hc_gone(qp->ctx))
+		return EIO; /* the device is gone */
 	if (s >= 0 && s != (int)q->state && (s == IBV_QPS_ERR || s == IBV_QPS_SQE)) {
 		q->state = (enum ibv_qp_state)s;
 		qp->attr.qp_state = (enum ibv_qp_state)s;

@@ -97,8 +97,14 @@ func Need(t testing.TB, prog, pkg string) string {
 // returns the socket's path. It stops when the test ends.
 func Daemon(t testing.TB) string {
 	t.Helper()
-	sock, err := startDaemon(t, nil)
-	if err != nil {
+	return DaemonAt(t, filepath.Join(t.TempDir(), "hcasim.sock"))
+}
+
+// DaemonAt is Daemon on the socket path sock (a restart: after
+// StopDaemon of the daemon that was there).
+func DaemonAt(t testing.TB, sock string) string {
+	t.Helper()
+	if err := startDaemon(t, sock, nil); err != nil {
 		t.Fatal(err)
 	}
 	return sock
@@ -110,24 +116,24 @@ func Daemon(t testing.TB) string {
 // another).
 func RoCEDaemon(t testing.TB, o hca.WireOptions) (string, error) {
 	t.Helper()
-	return startDaemon(t, &o)
+	sock := filepath.Join(t.TempDir(), "hcasim.sock")
+	return sock, startDaemon(t, sock, &o)
 }
 
-func startDaemon(t testing.TB, wire *hca.WireOptions) (string, error) {
-	sock := filepath.Join(t.TempDir(), "hcasim.sock")
+func startDaemon(t testing.TB, sock string, wire *hca.WireOptions) error {
 	caps := hca.ConnectX5Caps
 	caps.MaxMappedBytes = 64 << 30
 	dev := hca.New(hca.Options{Caps: &caps, Poll: 50 * time.Microsecond})
 	if wire != nil {
 		if err := dev.ListenRoCE(*wire); err != nil {
 			dev.Close()
-			return "", err
+			return err
 		}
 	}
 	l, err := daemon.Listen(sock)
 	if err != nil {
 		dev.Close()
-		return "", err
+		return err
 	}
 	srv := &daemon.Server{Dev: dev}
 	servers.Store(sock, srv)
@@ -138,7 +144,7 @@ func startDaemon(t testing.TB, wire *hca.WireOptions) (string, error) {
 		<-done
 		dev.Close()
 	})
-	return sock, nil
+	return nil
 }
 
 // servers are the daemons Daemon started, by socket.
