@@ -292,6 +292,10 @@ func (s *Service) onRequest(from netip.Addr, m *msg) bool {
 		l = s.findListener(ps, netip.AddrPortFrom(dst, port))
 	}
 	if l == nil || l.ud != ud {
+		if s.dev.Log != nil {
+			s.dev.Log.Debug("cm: a request for no listener", "from", from, "ps", ps, "port", port, "dst", dst,
+				"ids_on_port", len(s.ports[portKey{ps, port}]), "sidr", ud)
+		}
 		if ud {
 			s.send(from, &msg{attr: attrSIDRRep, tid: m.tid, local: m.local, status: sidrUnsupported, serviceID: m.serviceID})
 		} else {

@@ -15,6 +15,7 @@
 package ucma
 
 import (
+	"log/slog"
 	"math/rand/v2"
 	"net/netip"
 	"slices"
@@ -48,6 +49,8 @@ type Device struct {
 	// before TIMEWAIT_EXIT (0: the kernel's 2.048 s, the path's local ACK
 	// timeout).
 	TimeWait time.Duration
+	// Log, if not nil, hears the CM's debug lines.
+	Log *slog.Logger
 	// SGIDIndex is the GID table index of the RoCEv2 GID for the local
 	// addresses (an address handle's sgid_index).
 	SGIDIndex uint8

@@ -205,7 +205,16 @@ func CMPairAcross(t testing.TB, timeout time.Duration, lib, srvSock, cliSock str
 		}
 	}
 	cp := Start(ctx, t, lib, cliSock, client[0], cargs...)
-	cerr, serr := cp.Wait(), sp.Wait()
+	cerr := cp.Wait()
+	if cerr != nil && strings.Contains(cp.Output(), "RDMA_CM_EVENT_REJECTED; error: 8") && !sp.Exited() {
+		// A known intermittent failure under load (perftest -R's client
+		// told there is no listener while its server listens; not
+		// understood yet, see the issue 26 notes): said, then tried once more.
+		t.Logf("%s: REJECTED 8 (no listener) while the server listens; trying the client again:\n%s", client[0], cp.Output())
+		cp = Start(ctx, t, lib, cliSock, client[0], cargs...)
+		cerr = cp.Wait()
+	}
+	serr := sp.Wait()
 	so, co := sp.Output(), cp.Output()
 	if cerr != nil || serr != nil {
 		t.Fatalf("server %v: %v, client %v: %v\nserver:\n%s\nclient:\n%s", server, serr, client, cerr, so, co)

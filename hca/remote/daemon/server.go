@@ -733,7 +733,7 @@ func (s *Server) cmService() *ucma.Service {
 	if s.cm == nil {
 		gid, _ := s.Dev.SourceGID(3) // the RoCEv2 GID of the port's address
 		own := netip.AddrFrom16(gid).Unmap()
-		dev := ucma.Device{GUID: ifc.NodeGUID(s.Dev.LID()), GID: gid, SGIDIndex: 3,
+		dev := ucma.Device{GUID: ifc.NodeGUID(s.Dev.LID()), GID: gid, SGIDIndex: 3, Log: s.log(),
 			Local: func(a netip.Addr) bool { return a.IsLoopback() || a == own }}
 		if wire := s.Dev.GID(); wire != ([16]byte{}) {
 			dev.Addr = netip.AddrFrom16(wire).Unmap()
