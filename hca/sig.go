@@ -364,19 +364,21 @@ func (sa *sigAccess) report(e *sigErr) {
 		// A 32-bit CRC fills the transient signature (rdma-core reads it
 		// as the high word of trans_sig<<32 | ref_tag).
 		s.Syndrome = cq.SigErrGuard
-		s.ExpectedTransSig, s.ActualTransSig = uint32(e.Expected), uint32(e.Actual)
+		s.ExpectedTransSig, s.ActualTransSig = uint32(e.Actual), uint32(e.Expected)
 	case e.Type == t10dif.ErrorGuard && in.Format == t10dif.FormatCRC64:
 		s.Syndrome = cq.SigErrGuard
-		s.ExpectedTransSig, s.ActualTransSig = uint32(e.Expected>>32), uint32(e.Actual>>32)
-		s.ExpectedRefTag, s.ActualRefTag = uint32(e.Expected), uint32(e.Actual)
+		s.ExpectedTransSig, s.ActualTransSig = uint32(e.Actual>>32), uint32(e.Expected>>32)
+		s.ExpectedRefTag, s.ActualRefTag = uint32(e.Actual), uint32(e.Expected)
 	default:
 		// T10-DIF: the whole transient signature (guard << 16 | app tag)
 		// and the ref tags, whichever field failed (a guard error's app
-		// half is the block's app tag, not 0). Expected is the value the
-		// device computed or was configured with, actual the tuple's
-		// (docs/CONFORMANCE.md on this choice).
-		s.ExpectedTransSig = uint32(uint16(e.guard))<<16 | uint32(e.app)
-		s.ActualTransSig = uint32(uint16(e.foundGuard))<<16 | uint32(e.foundApp)
+		// half is the block's app tag, not 0). As the mlx5dv_mkey_check
+		// man page words them: expected is what appears in the signature
+		// field (the tuple's), actual what the device calculated from the
+		// data or was configured with (t10dif's Actual and Expected, the
+		// other way round; docs/CONFORMANCE.md).
+		s.ExpectedTransSig = uint32(uint16(e.foundGuard))<<16 | uint32(e.foundApp)
+		s.ActualTransSig = uint32(uint16(e.guard))<<16 | uint32(e.app)
 		switch e.Type {
 		case t10dif.ErrorGuard:
 			s.Syndrome = cq.SigErrGuard
@@ -384,7 +386,7 @@ func (sa *sigAccess) report(e *sigErr) {
 			s.Syndrome = cq.SigErrAppTag
 		case t10dif.ErrorRefTag:
 			s.Syndrome = cq.SigErrRefTag
-			s.ExpectedRefTag, s.ActualRefTag = uint32(e.Expected), uint32(e.Actual)
+			s.ExpectedRefTag, s.ActualRefTag = uint32(e.Actual), uint32(e.Expected)
 		}
 	}
 	if !sa.qp.scq.push(&cq.Fields{Opcode: cq.OpSigErr, QPN: sa.qp.qpn, Sig: s}, true) {

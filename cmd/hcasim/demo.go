@@ -249,7 +249,7 @@ func (d *demo) read() error {
 	if err != nil || e == nil {
 		return fmt.Errorf("no signature error reported: %v", err)
 	}
-	fmt.Fprintf(d.w, "   host: CheckMRStatus -> %v at offset %d (block %d = offset / %d), expected %#04x, actual %#04x, key %v\n",
+	fmt.Fprintf(d.w, "   host: CheckMRStatus -> %v at offset %d (block %d = offset / %d), expected %#04x (in the PI field), actual %#04x (calculated from the data), key %v\n",
 		e.Type, e.Offset, e.Offset/(demoIV+8), demoIV+8, e.Expected, e.Actual, klm.Key(e.Key))
 	if e.Type != verbs.SigBadGuard || e.Offset != bad*(demoIV+8) {
 		return fmt.Errorf("wrong error %+v", e)

@@ -240,9 +240,14 @@ func (m *sigMR) status(what string, want *t10dif.Error) {
 	}
 }
 
-// sameSigErr fails the test unless CheckMRStatus reported w.
+// sameSigErr fails the test unless CheckMRStatus reported w. w is in
+// t10dif's words (Expected: the value computed or configured, Actual: the
+// tuple's); the device reports the mlx5dv_mkey_check man page's, which
+// are the other way round (expected: the signature field's, actual:
+// calculated from the data).
 func sameSigErr(t testing.TB, what string, got, w verbs.SigErr) {
 	t.Helper()
+	w.Expected, w.Actual = w.Actual, w.Expected
 	if got != w {
 		t.Errorf("%s: CheckMRStatus = {%v expected %#x actual %#x offset %d key %#x}, want {%v expected %#x actual %#x offset %d key %#x}",
 			what, got.Type, got.Expected, got.Actual, got.Offset, got.Key, w.Type, w.Expected, w.Actual, w.Offset, w.Key)

@@ -246,15 +246,17 @@ func TestSigErrCQEAppTagHalf(t *testing.T) {
 	var s cq.SigFields
 	require.Eventually(t, func() bool { var ok bool; s, ok = verbs.PeekSigErr(host.cq); return ok }, 5*time.Second, time.Millisecond)
 	assert.Equal(t, uint16(cq.SigErrGuard), s.Syndrome)
-	assert.Equal(t, uint32(0x42), s.ExpectedTransSig&0xFFFF, "configured app tag")
-	assert.Equal(t, uint32(0x42), s.ActualTransSig&0xFFFF, "the block's app tag")
-	assert.Equal(t, stored, s.ActualTransSig>>16, "the block's guard")
-	assert.NotEqual(t, stored, s.ExpectedTransSig>>16)
+	// The mlx5dv_mkey_check man page's words: expected is what the
+	// signature field holds, actual what was calculated (or configured).
+	assert.Equal(t, uint32(0x42), s.ActualTransSig&0xFFFF, "configured app tag")
+	assert.Equal(t, uint32(0x42), s.ExpectedTransSig&0xFFFF, "the block's app tag")
+	assert.Equal(t, stored, s.ExpectedTransSig>>16, "the block's guard")
+	assert.NotEqual(t, stored, s.ActualTransSig>>16, "the guard calculated from the changed data")
 	var wcs [2]verbs.WC
 	_, err = host.cq.Poll(wcs[:])
 	require.NoError(t, err)
 	e, err := mr.CheckMRStatus()
 	require.NoError(t, err)
 	require.NotNil(t, e)
-	assert.Equal(t, verbs.SigErr{Type: verbs.SigBadGuard, Expected: s.ExpectedTransSig >> 16, Actual: stored, Offset: 2 * (iv + 8), Key: mr.RKey}, *e)
+	assert.Equal(t, verbs.SigErr{Type: verbs.SigBadGuard, Expected: stored, Actual: s.ActualTransSig >> 16, Offset: 2 * (iv + 8), Key: mr.RKey}, *e)
 }
