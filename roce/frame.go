@@ -2,7 +2,6 @@ package roce
 
 import (
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -259,18 +258,10 @@ func (p *Parser) Decode(frame []byte) error {
 		return CheckICRC(frame[len(p.Eth.Contents):])
 	case roce && ip:
 		return fmt.Errorf("decode frame: %w", err)
-	case ip && udp && err != nil && (p.UDP.DstPort == UDPPort || p.UDP.SrcPort == UDPPort) && !unsupported(err):
-		// (a datagram from port 4791 to a port gopacket knows, DHCP's say,
-		// is decoded as that, and no decoder here is not a RoCE error)
+	case ip && udp && err != nil && p.UDP.DstPort == UDPPort: // RoCEv2 is known by its destination port (the source port is flow entropy)
 		return fmt.Errorf("decode frame: %w", err) // the RoCEv2 packet's own error
 	}
 	return fmt.Errorf("decode frame: %w", ErrNotRoCE)
-}
-
-// unsupported reports whether err is gopacket's "no decoder for layer type".
-func unsupported(err error) bool {
-	var u gopacket.UnsupportedLayerType
-	return errors.As(err, &u)
 }
 
 // PcapWriter writes Ethernet frames to a pcap file (pcapgo) with a
