@@ -31,6 +31,12 @@ func TestCQELayouts(t *testing.T) {
 			strings.Repeat("00", 44) + "00001000 0102030405060708 10abcdef 1234 00 00"},
 		{"responder SEND with invalidate", Fields{Opcode: OpRespSendInv, QPN: 0x11, WQECounter: 7, ByteCount: 100, Immediate: 0x00001234, SRQN: 0},
 			strings.Repeat("00", 36) + "00001234 00000000 00000064 0000000000000000 00000011 0007 00 40"},
+		// UD over RoCE: flags_rqpn's SL bits are the packet type (mlx5's
+		// handle_responder, UCX's check_grh): RoCEv2 sets bit 27 (UDP).
+		{"UD responder, RoCEv2 over IPv4", Fields{Opcode: OpRespSend, QPN: 0x11, WQECounter: 1, ByteCount: 104, SrcQP: 0x107, GRH: true, L3: L3IPv4},
+			strings.Repeat("00", 24) + "1a000107" + strings.Repeat("00", 16) + "00000068 0000000000000000 00000011 0001 00 20"},
+		{"UD responder, RoCE v1", Fields{Opcode: OpRespSend, QPN: 0x11, WQECounter: 1, ByteCount: 104, SrcQP: 0x107, GRH: true, L3: L3GRH},
+			strings.Repeat("00", 24) + "10000107" + strings.Repeat("00", 16) + "00000068 0000000000000000 00000011 0001 00 20"},
 		{"requester error", Fields{Opcode: OpReqErr, QPN: 0x123, WQEOpcode: 0x08, WQECounter: 9, Syndrome: SyndromeRemoteAccess, VendorSyndrome: 0x88},
 			strings.Repeat("00", 54) + "88 13 08000123 0009 00 d0"},
 		{"signature error", Fields{Opcode: OpSigErr, QPN: 0x55, Sig: SigFields{ExpectedTransSig: 0xAAAA0000, ActualTransSig: 0xBBBB0000,

@@ -106,7 +106,8 @@ const (
 //
 //	 0..15  reserved (requester) / various offload fields
 //	16..31  sig: expected_trans_sig, actual_trans_sig, expected_reftag, actual_reftag
-//	24      flags_rqpn (BE32): [29:28] GRH present, [25:24] RoCE L3 type, [23:0] source QP (UD responder)
+//	24      flags_rqpn (BE32): [29:28] GRH present, [27:24] the SL field, on RoCE the packet type —
+//	        [27] a UDP header (RoCEv2), [25:24] RoCE L3 type —, [23:0] source QP (UD responder)
 //	32      srqn_uidx (BE32)          sig: syndrome BE16, sig_type, domain
 //	36      imm_inval_pkey (BE32)     sig: mkey
 //	40      reserved                  sig: err_offset BE64
@@ -236,6 +237,9 @@ func (c CQE) Encode(f *Fields, owner uint8) (last [4]byte) {
 		binary.BigEndian.PutUint32(c[offSopDropQPN:], uint32(f.WQEOpcode)<<24|f.QPN&0xFFFFFF)
 	default:
 		fr := f.SrcQP&0xFFFFFF | uint32(f.L3&3)<<24
+		if f.L3 == L3IPv4 || f.L3 == L3IPv6 {
+			fr |= 1 << 27 // RoCEv2: the frame had a UDP header
+		}
 		if f.GRH {
 			fr |= 1 << 28
 		}

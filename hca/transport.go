@@ -96,13 +96,15 @@ type request struct {
 
 	// A UD datagram (ud.go): its source QP and Q_Key (the DETH), the
 	// source and destination GIDs and the traffic class and hop limit of
-	// its GRH; udBuf holds the copy of its payload a UD send takes, kept
-	// across recycling.
+	// its GRH, and whether it left from a RoCE v1 GID (its GRH is then an
+	// IPv6 header whatever the GIDs); udBuf holds the copy of its payload
+	// a UD send takes, kept across recycling.
 	ud              bool
 	raw             bool // a raw Ethernet frame (raw.go), in udBuf
 	udSrcQP, udQKey uint32
 	udSGID, udDGID  [16]byte
 	udTClass, udHop uint8
+	udV1            bool
 	udBuf           []byte
 
 	// Where the fabric's responder ran the requester's signature transform

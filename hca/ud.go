@@ -96,6 +96,7 @@ func (qp *QP) executeUD(s *reqState, a *qpAttr, p *pending, w []byte, f *sq.Ctrl
 	r.src = append(r.segArr[:0], r.udBuf)
 	r.udSrcQP, r.udQKey, r.udSGID, r.udDGID = qp.qpn, qkey, sgid, av.RGID
 	r.udTClass, r.udHop = av.TClass, av.HopLimit
+	r.udV1 = av.SGIDIndex%2 == 0 // even entries are RoCE v1 (ifc.PortGID)
 	if w := qp.dev.wire.Load(); w != nil && av.RGID != ([16]byte{}) && av.RGID != w.gid && !linkLocal(av.RGID) {
 		w.sendUD(qp, r, s.nextPSN, av.DestQPN)
 	} else {
@@ -199,8 +200,11 @@ func (qp *QP) serveUD(s *respState, r *request) {
 	qp.consumeRecv(s)
 	f := cq.Fields{Opcode: cq.OpRespSend, WQECounter: idx, ByteCount: uint32(GRHSize + r.length),
 		SrcQP: r.udSrcQP, GRH: true, L3: cq.L3IPv6}
-	if ipv4 {
+	switch {
+	case ipv4:
 		f.L3 = cq.L3IPv4
+	case r.udV1:
+		f.L3 = cq.L3GRH
 	}
 	if r.op == sq.OpSendImm {
 		f.Opcode, f.Immediate = cq.OpRespSendImm, r.imm
@@ -209,9 +213,9 @@ func (qp *QP) serveUD(s *respState, r *request) {
 }
 
 // buildGRH writes the 40 bytes a UD receive buffer starts with: for
-// IPv4-mapped GIDs (RoCEv2 over IPv4) 20 zero bytes and the IPv4 header,
-// else the IPv6 header (the GRH), as the datagram came in. It reports
-// whether it wrote the IPv4 form.
+// RoCEv2 between IPv4-mapped GIDs 20 zero bytes and the IPv4 header,
+// else the IPv6 header (the GRH: RoCEv1 carries one whatever its GIDs), as
+// the datagram came in. It reports whether it wrote the IPv4 form.
 func buildGRH(b []byte, r *request) bool {
 	clear(b[:GRHSize])
 	s, d := netip.AddrFrom16(r.udSGID), netip.AddrFrom16(r.udDGID)
@@ -221,10 +225,20 @@ func buildGRH(b []byte, r *request) bool {
 		n += 4
 	}
 	o := roce.FrameOptions{TrafficClass: r.udTClass, HopLimit: r.udHop}
-	if s.Is4In6() && d.Is4In6() {
+	if !r.udV1 && s.Is4In6() && d.Is4In6() {
 		roce.PutL3Header(b[20:], s.Unmap(), d.Unmap(), o, n)
 		return true
 	}
+	if r.udV1 {
+		n -= 8 // no UDP header: the GRH is followed by the BTH
+	}
 	roce.PutL3Header(b, s, d, o, n)
+	if r.udV1 {
+		b[6] = grhNextHeaderBTH
+	}
 	return false
 }
+
+// grhNextHeaderBTH is a GRH's next header for an IBA transport header
+// (IBA 8.3.1: 0x1B).
+const grhNextHeaderBTH = 0x1B

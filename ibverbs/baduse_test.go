@@ -159,11 +159,13 @@ func TestUCVerbs(t *testing.T) {
 // TestUDVerbs: UD QPs through the front end (c/test/ud.c) — the state
 // machine with its Q_Key, SEND and SEND with immediate carrying the GRH
 // and src_qp, the Q_Key rules, short buffers and the MTU, an AH made from
-// a completion, and ibv_wr_set_ud_addr.
+// a completion, the GRH and SL (the RoCE packet type) of datagrams sent
+// from RoCE v2 and v1 GIDs, the GID types in sysfs, and
+// ibv_wr_set_ud_addr.
 func TestUDVerbs(t *testing.T) {
 	lib := frontendtest.Lib(t)
 	bin := buildC(t, filepath.Join("c", "test", "ud.c"), "-libverbs")
-	runChecks(t, lib, frontendtest.Daemon(t), bin, 20)
+	runChecks(t, lib, frontendtest.Daemon(t), bin, 25)
 }
 
 // TestUcmaBadUse: the rdma_cm device (c/test/ucmabad.c) answers what no

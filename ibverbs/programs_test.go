@@ -378,9 +378,10 @@ func TestRsPreload(t *testing.T) {
 }
 
 // TestUCX: UCX (ucx-utils) finds hcasim0 as an IB memory domain with its
-// rc_verbs and ud_verbs transports, and ucx_perftest's UCT tests run
-// over rc_verbs: PUT latency (inline writes) and zero-copy PUT bandwidth
-// on one daemon, and PUT bandwidth across two RoCE daemons.
+// rc_verbs and ud_verbs transports, ucx_perftest's UCT tests run over
+// rc_verbs — PUT latency (inline writes) and zero-copy PUT bandwidth on
+// one daemon, PUT bandwidth across two RoCE daemons — and its UCP tag
+// tests over ud_verbs alone, on one daemon and across two.
 func TestUCX(t *testing.T) {
 	lib := frontendtest.Lib(t)
 	info := frontendtest.Need(t, "ucx_info", "ucx-utils")
@@ -409,6 +410,23 @@ func TestUCX(t *testing.T) {
 		sa, sb, _ := cmRoCEPair(t, nil)
 		outs, err := frontendtest.Group(t, 90*time.Second, lib, sa, []string{sb}, []string{perf},
 			[]string{perf, "-t", "put_bw", "-x", "rc_verbs", "-d", "hcasim0:1", "-D", "zcopy", "-n", "500", "-s", "65536"})
+		require.NoError(t, err, "server:\n%s\nclient:\n%s", outs[0], outs[len(outs)-1])
+		check(t, outs[1], 500)
+	})
+	// UCP over ud_verbs alone: UCX picks the RoCE v2 GID from sysfs's
+	// gid_attrs/types, tells IPv4 from GRH headers by the completion's
+	// SL (the RoCE packet type) and drops datagrams whose destination
+	// GID is not its own, so all three must be as on a ConnectX.
+	t.Run("tag_lat ud_verbs", func(t *testing.T) {
+		t.Setenv("UCX_TLS", "ud_verbs")
+		_, co := frontendtest.Pair(t, 90*time.Second, lib, sock, []string{perf}, []string{perf, "-t", "tag_lat", "-n", "500"})
+		check(t, co, 500)
+	})
+	t.Run("tag_bw ud_verbs across", func(t *testing.T) {
+		t.Setenv("UCX_TLS", "ud_verbs")
+		sa, sb, _ := cmRoCEPair(t, nil)
+		outs, err := frontendtest.Group(t, 90*time.Second, lib, sa, []string{sb}, []string{perf},
+			[]string{perf, "-t", "tag_bw", "-n", "500", "-s", "16384"})
 		require.NoError(t, err, "server:\n%s\nclient:\n%s", outs[0], outs[len(outs)-1])
 		check(t, outs[1], 500)
 	})

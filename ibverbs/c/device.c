@@ -971,7 +971,8 @@ static int find_gid(const struct hc_context *ctx, const union ibv_gid *gid, unsi
 /* ibv_init_ah_from_wc builds the AV that answers a UD receive: on a RoCE
  * port the completion must carry a GRH (IBV_WC_GRH); its source becomes
  * the destination GID and its destination names the source GID entry (of
- * type RoCE v2: the wire's). It returns 0, or -1 with errno (EINVAL for a
+ * type RoCE v2 for an IPv4 header or a GRH followed by UDP, v1 for a GRH
+ * followed by a BTH). It returns 0, or -1 with errno (EINVAL for a
  * bad argument or no GRH, EPROTONOSUPPORT for a header it cannot read,
  * ENOENT for a destination that is not one of the port's GIDs). */
 HC_EXPORT int ibv_init_ah_from_wc(struct ibv_context *c, uint8_t port, struct ibv_wc *wc, struct ibv_grh *grh,
@@ -989,6 +990,7 @@ HC_EXPORT int ibv_init_ah_from_wc(struct ibv_context *c, uint8_t port, struct ib
 	const uint8_t *g = (const uint8_t *)grh;
 	union ibv_gid sgid;
 	memset(&sgid, 0, sizeof sgid);
+	unsigned type = IBV_GID_TYPE_ROCE_V2;
 	switch (grh_version(g)) {
 	case 4:
 		ah->grh.dgid.raw[10] = ah->grh.dgid.raw[11] = 0xFF;
@@ -997,7 +999,13 @@ HC_EXPORT int ibv_init_ah_from_wc(struct ibv_context *c, uint8_t port, struct ib
 		memcpy(sgid.raw + 12, g + 20 + 16, 4);
 		ah->grh.traffic_class = g[21];
 		break;
-	case 6:
+	case 6: /* its next header tells RoCE v2 (UDP) from v1 (a BTH), as libibverbs reads it */
+		if (g[6] == 0x1B)
+			type = IBV_GID_TYPE_ROCE_V1;
+		else if (g[6] != 17) { /* UDP */
+			errno = EPROTONOSUPPORT;
+			return -1;
+		}
 		memcpy(ah->grh.dgid.raw, g + 8, 16);
 		memcpy(sgid.raw, g + 24, 16);
 		ah->grh.traffic_class = (uint8_t)(hc_get32(g) >> 20);
@@ -1007,7 +1015,7 @@ HC_EXPORT int ibv_init_ah_from_wc(struct ibv_context *c, uint8_t port, struct ib
 		errno = EPROTONOSUPPORT;
 		return -1;
 	}
-	int i = find_gid(hc_ctx(c), &sgid, IBV_GID_TYPE_ROCE_V2);
+	int i = find_gid(hc_ctx(c), &sgid, type);
 	if (i < 0) {
 		errno = ENOENT;
 		return -1;

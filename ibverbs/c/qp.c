@@ -1240,9 +1240,12 @@ void hc_recv_done(struct hc_qp *qp, const uint8_t *e, struct ibv_wc *wc)
 	hc_recv_fields(e, wc);
 	wc->src_qp = qp->attr.dest_qp_num;
 	if (qp->qpx.qp_base.qp_type == IBV_QPT_UD) {
-		/* flags_rqpn: the source QP, and whether a GRH heads the buffer. */
+		/* flags_rqpn: the source QP, whether a GRH heads the buffer, and
+		 * the SL field, which on RoCE is the packet type (bit 3 UDP, bits
+		 * 2:0 the L3 header: 0 GRH, 1 IPv6, 2 IPv4) as mlx5 reports it. */
 		uint32_t fr = hc_get32(e + 24);
 		wc->src_qp = fr & 0xFFFFFF;
+		wc->sl = (uint8_t)(fr >> 24 & 0xF);
 		if ((fr >> 28) & 3)
 			wc->wc_flags |= IBV_WC_GRH;
 	}

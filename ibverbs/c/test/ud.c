@@ -12,10 +12,12 @@
  * 1 if any failed. ibverbs/baduse_test.go builds and runs it. */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <infiniband/verbs.h>
 
@@ -207,6 +209,7 @@ int main(int argc, char **argv)
 	CHECK("the GRH holds RoCEv2's IPv4 header", ip[0] == 0x45 && ip[9] == 17 && !memcmp(ip + 12, &want, 4) &&
 							     !memcmp(ip + 16, &want, 4) && buf[8192] == 0,
 	      "version %#x proto %u", ip[0], ip[9]);
+	CHECK("the completion's SL is the RoCE packet type: UDP, IPv4 (0xA)", rw.sl == 0xA, "sl %#x", rw.sl);
 
 	/* An AH made from the completion answers the sender. */
 	struct ibv_ah *back = ibv_create_ah_from_wc(pd, &rw, (struct ibv_grh *)(buf + 8192), 1);
@@ -233,6 +236,55 @@ int main(int argc, char **argv)
 		poll_for(2, &wc, 20000000L);
 		ibv_destroy_ah(back);
 	}
+
+	/* The GID types in sysfs, which UCX reads with open and read. */
+	char ty[3][32];
+	int terr = 0;
+	for (int i = 0; i < 3; i++) {
+		char path[96];
+		snprintf(path, sizeof path, "/sys/class/infiniband/hcasim0/ports/1/gid_attrs/types/%d", i + 2);
+		memset(ty[i], 0, sizeof ty[i]);
+		errno = 0;
+		int fd = open(path, O_RDONLY | O_CLOEXEC);
+		if (fd >= 0) {
+			if (read(fd, ty[i], sizeof ty[i] - 1) < 0)
+				ty[i][0] = '?';
+			close(fd);
+		} else if (i == 2)
+			terr = errno;
+	}
+	CHECK("sysfs gid_attrs/types: 2 is IB/RoCE v1, 3 RoCE v2, 4 (empty) EINVAL",
+	      !strcmp(ty[0], "IB/RoCE v1\n") && !strcmp(ty[1], "RoCE v2\n") && terr == EINVAL, "%s|%s|errno %d", ty[0],
+	      ty[1], terr);
+
+	/* From a RoCE v1 GID (index 2, as UCX picks when it cannot read the
+	 * GID types): the receive buffer holds a real GRH, an IPv6 header
+	 * whose next header is the BTH (0x1B), whatever the GIDs; the AH made
+	 * from it sends from the v1 entry again. */
+	union ibv_gid g2;
+	if (ibv_query_gid(ctx, 1, 2, &g2))
+		die("query gid 2");
+	struct ibv_ah_attr a1 = {.is_global = 1, .port_num = 1, .grh = {.dgid = g2, .sgid_index = 2, .hop_limit = 64}};
+	struct ibv_ah *ah1 = ibv_create_ah(pd, &a1);
+	if (!ah1)
+		die("create ah v1");
+	if (recv_at(b, 110, 8192, GRH + 64) || send_to(a, 10, ah1, b->qp_num, QKEY, 0, 64, 0))
+		die("post v1");
+	poll_for(10, &wc, 20000000L);
+	int v1 = poll_for(110, &wc, 20000000L);
+	const uint8_t *g = buf + 8192;
+	CHECK("from a RoCE v1 GID: an IPv6 GRH, next header BTH, the v1 GIDs",
+	      v1 && wc.status == IBV_WC_SUCCESS && (g[0] >> 4) == 6 && g[6] == 0x1B && !memcmp(g + 8, &g2, 16) &&
+		      !memcmp(g + 24, &g2, 16) && (g[4] << 8 | g[5]) == 12 + 8 + 64 + 4,
+	      "got %d status %s version %u next %#x len %u", v1, ibv_wc_status_str(wc.status), g[0] >> 4, g[6],
+	      (g[4] << 8 | g[5]));
+	memset(&ba, 0, sizeof ba);
+	r = ibv_init_ah_from_wc(ctx, 1, &wc, (struct ibv_grh *)g, &ba);
+	CHECK("and the SL says a GRH without UDP (0)", wc.sl == 0, "sl %#x", wc.sl);
+	CHECK("init_ah_from_wc of a RoCE v1 GRH: source GID index 2", r == 0 && ba.grh.sgid_index == 2 &&
+									 !memcmp(&ba.grh.dgid, &g2, 16),
+	      "ret %d errno %d sgid %u", r, errno, ba.grh.sgid_index);
+	ibv_destroy_ah(ah1);
 
 	/* A wrong Q_Key: dropped; the receive waits for the next datagram,
 	 * which a privileged Q_Key in the send (the QP's own) delivers. */

@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
@@ -467,6 +468,49 @@ static ssize_t cm_write(struct chan *c, int fd, const void *b, size_t len)
 	}
 }
 
+/*
+ * The GID types in sysfs. UCX reads a GID's type from
+ * /sys/class/infiniband/hcasim0/ports/1/gid_attrs/types/N with open and
+ * read (not through libibverbs); without it, it takes every GID for RoCE
+ * v1. The table's shape is fixed (the front end's hc_gid_entry, the
+ * device's ifc.PortGID): 4 entries, even ones RoCE v1, odd ones RoCE v2,
+ * and the rest of the 16 empty, whose read the kernel refuses (EINVAL,
+ * here at open). The file is a memfd with the kernel's words. It returns
+ * 1 with *fd (or -1 and errno) for such a path, 0 for any other.
+ */
+static int sysfs_open(const char *path, int flags, int *fd)
+{
+	static const char pre[] = "/sys/class/infiniband/hcasim0/ports/1/gid_attrs/types/";
+	if (!path || strncmp(path, pre, sizeof pre - 1))
+		return 0;
+	const char *n = path + sizeof pre - 1;
+	int i = 0, digits = 0;
+	for (; *n >= '0' && *n <= '9' && digits < 3; n++, digits++)
+		i = i * 10 + (*n - '0');
+	*fd = -1;
+	if (!digits || *n || i >= 16) {
+		errno = ENOENT;
+		return 1;
+	}
+	if (i >= 4 || (flags & O_ACCMODE) != O_RDONLY) {
+		errno = (flags & O_ACCMODE) != O_RDONLY ? EACCES : EINVAL;
+		return 1;
+	}
+	const char *v = i & 1 ? "RoCE v2\n" : "IB/RoCE v1\n";
+	int m = (int)syscall(SYS_memfd_create, "hcasim-sysfs", (flags & O_CLOEXEC) ? MFD_CLOEXEC : 0u);
+	if (m < 0)
+		return 1;
+	size_t len = strlen(v);
+	if ((size_t)syscall(SYS_write, m, v, len) != len || lseek(m, 0, SEEK_SET) != 0) {
+		int err = errno ? errno : EIO;
+		sys_close(m);
+		errno = err;
+		return 1;
+	}
+	*fd = m;
+	return 1;
+}
+
 #define REAL(name, ret, ...)                                                                                           \
 	static ret (*real_##name)(__VA_ARGS__);                                                                        \
 	static ret (*get_##name(void))(__VA_ARGS__)                                                                    \
@@ -507,6 +551,9 @@ __attribute__((visibility("default"))) int open(const char *path, int flags, ...
 	MODE_ARG(flags, mode)
 	if (is_cm_path(path))
 		return open_chan(flags);
+	int sfd;
+	if (sysfs_open(path, flags, &sfd))
+		return sfd;
 	return get_open()(path, flags, mode);
 }
 
@@ -515,6 +562,9 @@ __attribute__((visibility("default"))) int open64(const char *path, int flags, .
 	MODE_ARG(flags, mode)
 	if (is_cm_path(path))
 		return open_chan(flags);
+	int sfd;
+	if (sysfs_open(path, flags, &sfd))
+		return sfd;
 	return get_open64()(path, flags, mode);
 }
 
@@ -523,6 +573,9 @@ __attribute__((visibility("default"))) int openat(int dir, const char *path, int
 	MODE_ARG(flags, mode)
 	if (is_cm_path(path))
 		return open_chan(flags);
+	int sfd;
+	if (sysfs_open(path, flags, &sfd))
+		return sfd;
 	return get_openat()(dir, path, flags, mode);
 }
 
@@ -531,6 +584,9 @@ __attribute__((visibility("default"))) int openat64(int dir, const char *path, i
 	MODE_ARG(flags, mode)
 	if (is_cm_path(path))
 		return open_chan(flags);
+	int sfd;
+	if (sysfs_open(path, flags, &sfd))
+		return sfd;
 	return get_openat64()(dir, path, flags, mode);
 }
 
@@ -538,6 +594,9 @@ __attribute__((visibility("default"))) int __open_2(const char *path, int flags)
 {
 	if (is_cm_path(path))
 		return open_chan(flags);
+	int sfd;
+	if (sysfs_open(path, flags, &sfd))
+		return sfd;
 	return get___open_2()(path, flags);
 }
 
@@ -545,6 +604,9 @@ __attribute__((visibility("default"))) int __open64_2(const char *path, int flag
 {
 	if (is_cm_path(path))
 		return open_chan(flags);
+	int sfd;
+	if (sysfs_open(path, flags, &sfd))
+		return sfd;
 	return get___open64_2()(path, flags);
 }
 
