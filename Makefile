@@ -6,7 +6,7 @@ COUNT    ?= 6
 BENCH    ?= .
 PKGS     := ./...
 
-.PHONY: all build lib test race vet fuzz bench cross conform run speed clean
+.PHONY: all build lib lib-asan test race vet fuzz bench cross conform run speed clean
 
 all: build
 
@@ -26,11 +26,25 @@ lib:
 		echo "make lib: skipped: no rdma-core headers ($(IBV_HDR)); install libibverbs-dev to build bin/lib/libibverbs.so.1"; \
 	fi
 
-# The whole suite, then the t10dif package again with the portable
-# implementation forced (purego build tag).
+# The same library built with AddressSanitizer and UndefinedBehaviorSanitizer
+# (every report fatal) in bin/lib-asan. The programs stay unsanitized:
+# frontendtest preloads libasan before them (HCASIM_SANITIZE=1).
+SANFLAGS ?= -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
+lib-asan:
+	@if [ -f $(IBV_HDR) ] && [ -f /usr/include/infiniband/mlx5dv.h ]; then \
+		$(MAKE) -s -C ibverbs/c OUT=$(CURDIR)/bin/lib-asan GO=$(GO) \
+			CFLAGS="-O1 -g $(SANFLAGS)" LDFLAGS="$(SANFLAGS)"; \
+	else \
+		echo "make lib-asan: skipped: no rdma-core headers ($(IBV_HDR))"; \
+	fi
+
+# The whole suite; the program suite (ibverbs) again on the sanitizer
+# build of the front end, where any report fails the test; then the t10dif
+# package again with the portable implementation forced (purego build tag).
 test: lib
 	$(GO) build -o bin/hcasim ./cmd/hcasim
 	$(GO) test $(PKGS)
+	HCASIM_SANITIZE=1 $(GO) test ./ibverbs/
 	$(GO) test -tags purego ./t10dif/ ./testvectors/
 
 race: lib

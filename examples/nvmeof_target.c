@@ -219,8 +219,9 @@ int main(void)
 		die("pd");
 
 	/* The host's data (no PI), where it reads back, and the target's
-	 * memory for data and PI. */
-	uint8_t *host = aligned_alloc(4096, BLOCKS * BLOCK), *back = aligned_alloc(4096, BLOCKS * BLOCK);
+	 * memory for data and PI (aligned_alloc wants a size that is a multiple
+	 * of the alignment). */
+	uint8_t *host = aligned_alloc(4096, 4096), *back = aligned_alloc(4096, 4096);
 	uint8_t *tmem = aligned_alloc(4096, 4 * 4096);
 	for (int i = 0; i < BLOCKS * BLOCK; i++)
 		host[i] = (uint8_t)(i * 7 + i / BLOCK);

@@ -358,7 +358,7 @@ func TestRsPreload(t *testing.T) {
 	if _, err := os.Stat(rs); err != nil {
 		frontendtest.Missing(t, "%s missing: install librdmacm1", rs)
 	}
-	pre := "LD_PRELOAD=" + filepath.Join(lib, "libhcasim_ucma.so") + ":" + rs
+	pre := "LD_PRELOAD=" + frontendtest.Preload(lib, rs)
 	run := func(t *testing.T, srvSock, cliSock, addr string) {
 		so, co := frontendtest.CMPairAcross(t, 60*time.Second, lib, srvSock, cliSock, 0,
 			[]string{"/usr/bin/env", pre, rstream, "-T", "s", "-S", "4096", "-C", "100", "-b", addr},

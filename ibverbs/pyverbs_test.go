@@ -183,6 +183,7 @@ func TestPyverbs(t *testing.T) {
 	cmd.Dir = dir
 	cmd.Env = frontendtest.Env(lib, sock)
 	out, err := cmd.CombinedOutput()
+	frontendtest.SanitizerReport(t, "pyverbs", string(out))
 	if ctx.Err() != nil {
 		t.Fatalf("the suite did not finish: %v\n%s", ctx.Err(), out)
 	}

@@ -53,8 +53,12 @@ var (
 	libErr  error
 )
 
-// Lib builds hcasim's libibverbs.so.1 (make lib) once per test binary and
-// returns its directory.
+// Sanitized reports whether the tests run on the sanitizer build of the
+// front end (HCASIM_SANITIZE set: make lib-asan, bin/lib-asan).
+func Sanitized() bool { return os.Getenv("HCASIM_SANITIZE") != "" }
+
+// Lib builds hcasim's libibverbs.so.1 (make lib, or make lib-asan when
+// Sanitized) once per test binary and returns its directory.
 func Lib(t testing.TB) string {
 	t.Helper()
 	for _, h := range []string{"/usr/include/infiniband/verbs.h", "/usr/include/infiniband/mlx5dv.h"} {
@@ -64,13 +68,17 @@ func Lib(t testing.TB) string {
 	}
 	libOnce.Do(func() {
 		root := Root()
-		cmd := exec.Command("make", "-s", "lib")
+		target, dir := "lib", "lib"
+		if Sanitized() {
+			target, dir = "lib-asan", "lib-asan"
+		}
+		cmd := exec.Command("make", "-s", target)
 		cmd.Dir = root
 		if out, err := cmd.CombinedOutput(); err != nil {
-			libErr = fmt.Errorf("make lib: %v\n%s", err, out)
+			libErr = fmt.Errorf("make %s: %v\n%s", target, err, out)
 			return
 		}
-		libDir = filepath.Join(root, "bin", "lib")
+		libDir = filepath.Join(root, "bin", dir)
 		if _, err := os.Stat(filepath.Join(libDir, "libibverbs.so.1")); err != nil {
 			libErr = err
 		}
@@ -243,14 +251,51 @@ func Env(lib, sock string) []string {
 		ld += ":" + old
 	}
 	env := append(os.Environ(), "LD_LIBRARY_PATH="+ld, "HCASIM_SOCKET="+sock, "HCASIM_QUIET=1")
-	// The rdma_cm device for librdmacm, as hcasim exec preloads it.
-	if pre := filepath.Join(lib, "libhcasim_ucma.so"); fileExists(pre) {
-		if old := os.Getenv("LD_PRELOAD"); old != "" {
-			pre += ":" + old
-		}
+	if Sanitized() {
+		// The programs' own leaks are theirs, and a report anywhere ends
+		// the program (SanitizerReport finds it).
+		env = append(env, "ASAN_OPTIONS=detect_leaks=0:halt_on_error=1:detect_odr_violation=0",
+			"UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1")
+	}
+	if pre := Preload(lib, os.Getenv("LD_PRELOAD")); pre != "" {
 		env = append(env, "LD_PRELOAD="+pre)
 	}
 	return env
+}
+
+// Preload returns the LD_PRELOAD list a program run on lib needs, with
+// extra (colon-separated libraries, may be empty) after it: the sanitizer
+// runtime first when Sanitized (it must be the first library of the
+// unsanitized program), then the rdma_cm device for librdmacm, as hcasim
+// exec preloads it.
+func Preload(lib, extra string) string {
+	var pre []string
+	if Sanitized() {
+		pre = append(pre, "libasan.so.8")
+	}
+	if shim := filepath.Join(lib, "libhcasim_ucma.so"); fileExists(shim) {
+		pre = append(pre, shim)
+	}
+	if extra != "" {
+		pre = append(pre, extra)
+	}
+	return strings.Join(pre, ":")
+}
+
+// sanitizerMarks are the lines AddressSanitizer and
+// UndefinedBehaviorSanitizer begin their reports with.
+var sanitizerMarks = []string{"ERROR: AddressSanitizer", "runtime error:", "ERROR: LeakSanitizer", "UndefinedBehaviorSanitizer"}
+
+// SanitizerReport fails the test if a program's output holds a sanitizer
+// report (only the sanitizer build writes one).
+func SanitizerReport(t testing.TB, name, out string) {
+	t.Helper()
+	for _, m := range sanitizerMarks {
+		if i := strings.Index(out, m); i >= 0 {
+			t.Errorf("%s: sanitizer report in the front end:\n%s", name, out[max(0, i-200):])
+			return
+		}
+	}
 }
 
 // Proc is a program started with Start.
@@ -290,6 +335,7 @@ func Start(ctx context.Context, t testing.TB, lib, sock string, name string, arg
 	t.Cleanup(func() {
 		cmd.Process.Kill()
 		p.Wait()
+		SanitizerReport(t, name, p.Output())
 	})
 	return p
 }
