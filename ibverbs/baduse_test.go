@@ -2,7 +2,10 @@ package ibverbs_test
 
 import (
 	"context"
+	"debug/elf"
 	"errors"
+	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -243,4 +246,49 @@ func TestDaemonRestart(t *testing.T) {
 	require.NoError(t, err, p.Output())
 	require.GreaterOrEqual(t, n, 14, p.Output())
 	frontendtest.Run(t, 20*time.Second, lib, again, "ibv_devinfo")
+}
+
+// TestAllSymbols calls every function the front end exports (each name and
+// version of its dynamic symbol table, compat versions included) with every
+// argument NULL, then with every argument a zeroed object the library never
+// made (c/test/allsyms.c): each fails as documented or succeeds, and none
+// crashes its program or hangs. Before that, the verbs refuse destroyed and
+// fake objects with EINVAL.
+func TestAllSymbols(t *testing.T) {
+	lib := frontendtest.Lib(t)
+	f, err := elf.Open(filepath.Join(lib, "libibverbs.so.1"))
+	require.NoError(t, err)
+	defer f.Close()
+	syms, err := f.DynamicSymbols()
+	require.NoError(t, err)
+	var list strings.Builder
+	n := 0
+	for _, s := range syms {
+		if elf.ST_TYPE(s.Info) != elf.STT_FUNC || s.Section == elf.SHN_UNDEF || s.Version == "" {
+			continue
+		}
+		fmt.Fprintf(&list, "%s %s\n", s.Name, s.Version)
+		n++
+	}
+	require.Greater(t, n, 300, "the export table")
+	file := filepath.Join(t.TempDir(), "symbols")
+	require.NoError(t, os.WriteFile(file, []byte(list.String()), 0o644))
+	bin := buildC(t, filepath.Join("c", "test", "allsyms.c"), "-libverbs", "-ldl")
+	const stale = 15 // the checks of destroyed and fake objects before the calls
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	p := frontendtest.Start(ctx, t, lib, frontendtest.Daemon(t), bin, file)
+	err = p.Wait()
+	out := p.Output()
+	ok := 0
+	for _, l := range strings.Split(out, "\n") {
+		if strings.HasPrefix(l, "ok ") {
+			ok++
+		} else if strings.HasPrefix(l, "FAIL") {
+			t.Error(l)
+		}
+	}
+	if err != nil || ok != n+stale {
+		t.Errorf("%d of %d checks passed (exit %v)", ok, n+stale, err)
+	}
 }

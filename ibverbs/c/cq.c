@@ -205,6 +205,11 @@ static uint8_t ex_dlid_path_bits(struct ibv_cq_ex *x) { return CUR(x).dlid_path_
 static struct hc_cq *create_cq(struct ibv_context *c, int cqe, void *cq_context, struct ibv_comp_channel *channel,
 			       int comp_vector)
 {
+	HC_LIVE(c, HC_OBJ_CONTEXT, NULL);
+	if (channel && !hc_obj_live(channel, HC_OBJ_CHANNEL)) {
+		errno = EINVAL;
+		return NULL;
+	}
 	struct hc_context *ctx = hc_ctx(c);
 	if (cqe <= 0 || cqe > (1 << ctx->caps.log_max_cq) - 1 || comp_vector < 0 || comp_vector >= c->num_comp_vectors ||
 	    (channel && channel->context != c)) {
@@ -282,6 +287,10 @@ HC_EXPORT struct ibv_cq *ibv_create_cq(struct ibv_context *c, int cqe, void *cq_
 
 struct ibv_cq_ex *hc_create_cq_ex(struct ibv_context *c, struct ibv_cq_init_attr_ex *a)
 {
+	if (!a) {
+		errno = EINVAL;
+		return NULL;
+	}
 	if (a->comp_mask & ~(uint32_t)(IBV_CQ_INIT_ATTR_MASK_FLAGS | IBV_CQ_INIT_ATTR_MASK_PD) ||
 	    ((a->comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS) &&
 	     (a->flags & ~(uint32_t)(IBV_CREATE_CQ_ATTR_SINGLE_THREADED | IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN)))) {
@@ -319,6 +328,7 @@ struct ibv_cq_ex *hc_create_cq_ex(struct ibv_context *c, struct ibv_cq_init_attr
 
 HC_EXPORT int ibv_destroy_cq(struct ibv_cq *ibcq)
 {
+	HC_LIVE(ibcq, HC_OBJ_CQ, EINVAL);
 	struct hc_cq *cq = hc_cq(ibcq);
 	struct hc_context *ctx = cq->ctx;
 	uint8_t in[12], out[64];
@@ -357,6 +367,7 @@ HC_EXPORT int ibv_destroy_cq(struct ibv_cq *ibcq)
 	hc_dma_free(ctx, &cq->mem);
 	if (cq->rmem.addr)
 		hc_dma_free(ctx, &cq->rmem);
+	hc_obj_del(ibcq);
 	hc_zfree(cq);
 	return 0;
 }
@@ -369,8 +380,7 @@ HC_EXPORT int ibv_destroy_cq(struct ibv_cq *ibcq)
  * cannot hold the unpolled CQEs is EINVAL (from the device). */
 HC_EXPORT int ibv_resize_cq(struct ibv_cq *ibcq, int cqe)
 {
-	if (!ibcq)
-		return EINVAL;
+	HC_LIVE(ibcq, HC_OBJ_CQ, EINVAL);
 	struct hc_cq *cq = hc_cq(ibcq);
 	struct hc_context *ctx = cq->ctx;
 	if (cqe < 1 || cqe > (1 << ctx->caps.log_max_cq) - 1)

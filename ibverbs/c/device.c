@@ -53,6 +53,7 @@ HC_EXPORT struct ibv_device **ibv_get_device_list(int *num)
 				"hcasim: no hcasim daemon at %s (%s): start one with `hcasim serve --socket PATH` and "
 				"set HCASIM_SOCKET=PATH, or run the program under `hcasim exec --`\n",
 				hc_socket_path(), strerror(errno));
+		hc_obj_add(list, HC_OBJ_DEVLIST);
 		return list; /* no devices: an empty list, as libibverbs gives */
 	}
 	close(s);
@@ -68,6 +69,7 @@ HC_EXPORT struct ibv_device **ibv_get_device_list(int *num)
 			snprintf(d->dev.ibdev_path, sizeof d->dev.ibdev_path, "%s", HC_IBDEV_PATH);
 			d->lid = lid;
 			the_device = d;
+			hc_obj_add(&d->dev, HC_OBJ_DEVICE);
 		}
 	}
 	if (the_device) {
@@ -77,21 +79,33 @@ HC_EXPORT struct ibv_device **ibv_get_device_list(int *num)
 			*num = 1;
 	}
 	pthread_mutex_unlock(&list_mu);
+	hc_obj_add(list, HC_OBJ_DEVLIST);
 	return list;
 }
 
-HC_EXPORT void ibv_free_device_list(struct ibv_device **list) { free(list); }
+HC_EXPORT void ibv_free_device_list(struct ibv_device **list)
+{
+	if (!hc_obj_live(list, HC_OBJ_DEVLIST))
+		return;
+	hc_obj_del(list);
+	free(list);
+}
 
-HC_EXPORT const char *ibv_get_device_name(struct ibv_device *d) { return d ? d->name : NULL; }
+HC_EXPORT const char *ibv_get_device_name(struct ibv_device *d)
+{
+	HC_LIVE(d, HC_OBJ_DEVICE, NULL);
+	return d->name;
+}
 
 HC_EXPORT __be64 ibv_get_device_guid(struct ibv_device *d)
 {
+	HC_LIVE(d, HC_OBJ_DEVICE, 0);
 	return htobe64(hc_guid(((struct hc_device *)d)->lid));
 }
 
 HC_EXPORT int ibv_get_device_index(struct ibv_device *d)
 {
-	(void)d;
+	HC_LIVE(d, HC_OBJ_DEVICE, -1);
 	return 0;
 }
 
@@ -180,6 +194,7 @@ static struct ibv_context *open_device(struct ibv_device *device)
 	ctx->vctx.create_qp_ex = hc_create_qp_ex;
 	ctx->vctx.create_cq_ex = hc_create_cq_ex;
 	hc_fill_unimplemented_ops(ctx);
+	hc_obj_add(c, HC_OBJ_CONTEXT);
 	return c;
 fail:
 	if (ctx->reader_started)
@@ -196,15 +211,14 @@ fail:
 
 HC_EXPORT struct ibv_context *ibv_open_device(struct ibv_device *device)
 {
-	if (!device) {
-		errno = EINVAL;
-		return NULL;
-	}
+	HC_LIVE(device, HC_OBJ_DEVICE, NULL);
 	return open_device(device);
 }
 
 HC_EXPORT int ibv_close_device(struct ibv_context *c)
 {
+	HC_LIVE(c, HC_OBJ_CONTEXT, EINVAL);
+	hc_obj_del(c);
 	struct hc_context *ctx = hc_ctx(c);
 	hc_stop(ctx);
 	hc_mr_context_closed(ctx);
@@ -223,6 +237,9 @@ HC_EXPORT int ibv_close_device(struct ibv_context *c)
 
 HC_EXPORT int ibv_query_device(struct ibv_context *c, struct ibv_device_attr *a)
 {
+	HC_LIVE(c, HC_OBJ_CONTEXT, EINVAL);
+	if (!a)
+		return EINVAL;
 	struct hc_context *ctx = hc_ctx(c);
 	if (hc_gone(ctx))
 		return EIO; /* the device is gone (the daemon's connection ended) */
@@ -264,7 +281,7 @@ HC_EXPORT int ibv_query_device(struct ibv_context *c, struct ibv_device_attr *a)
 int hc_query_device_ex(struct ibv_context *c, const struct ibv_query_device_ex_input *in, struct ibv_device_attr_ex *a,
 		       size_t len)
 {
-	if (in && in->comp_mask)
+	if ((in && in->comp_mask) || !a || !hc_obj_live(c, HC_OBJ_CONTEXT))
 		return EINVAL;
 	if (len < sizeof a->orig_attr)
 		return EINVAL;
@@ -312,7 +329,7 @@ static void fill_port(struct ibv_port_attr *a)
 
 int hc_query_port(struct ibv_context *c, uint8_t port, struct ibv_port_attr *a, size_t len)
 {
-	if (port != 1)
+	if (port != 1 || !a || !hc_obj_live(c, HC_OBJ_CONTEXT))
 		return EINVAL;
 	if (hc_gone(hc_ctx(c)))
 		return EIO;
@@ -371,7 +388,7 @@ int hc_check_av(const struct hc_context *ctx, const struct ibv_ah_attr *ah)
 
 HC_EXPORT int ibv_query_gid(struct ibv_context *c, uint8_t port, int index, union ibv_gid *gid)
 {
-	if (!c || !gid || port != 1 || index < 0 || index >= HC_GID_TBL_LEN) {
+	if (!hc_obj_live(c, HC_OBJ_CONTEXT) || !gid || port != 1 || index < 0 || index >= HC_GID_TBL_LEN) {
 		errno = EINVAL;
 		return -1;
 	}
@@ -383,7 +400,7 @@ HC_EXPORT int ibv_query_gid(struct ibv_context *c, uint8_t port, int index, unio
 HC_EXPORT int _ibv_query_gid_ex(struct ibv_context *c, uint32_t port, uint32_t index, struct ibv_gid_entry *e,
 				uint32_t flags, size_t len)
 {
-	if (!c || !e || flags || port != 1 || len < sizeof *e || index >= HC_GID_TBL_LEN)
+	if (!hc_obj_live(c, HC_OBJ_CONTEXT) || !e || flags || port != 1 || len < sizeof *e || index >= HC_GID_TBL_LEN)
 		return EINVAL;
 	union ibv_gid g;
 	unsigned type;
@@ -401,7 +418,7 @@ HC_EXPORT int _ibv_query_gid_ex(struct ibv_context *c, uint32_t port, uint32_t i
 HC_EXPORT ssize_t _ibv_query_gid_table(struct ibv_context *c, struct ibv_gid_entry *e, size_t max, uint32_t flags,
 				       size_t len)
 {
-	if (!c || !e || flags || len < sizeof *e)
+	if (!hc_obj_live(c, HC_OBJ_CONTEXT) || !e || flags || len < sizeof *e)
 		return -EINVAL;
 	if (max < HC_GID_ENTRIES)
 		return -EINVAL; /* rdma-core: the table does not fit */
@@ -419,7 +436,7 @@ HC_EXPORT ssize_t _ibv_query_gid_table(struct ibv_context *c, struct ibv_gid_ent
  * index. */
 HC_EXPORT int ibv_query_gid_type(struct ibv_context *c, uint8_t port, unsigned index, enum ibv_gid_type_sysfs *type)
 {
-	if (!c || !type || port != 1 || index >= HC_GID_TBL_LEN) {
+	if (!hc_obj_live(c, HC_OBJ_CONTEXT) || !type || port != 1 || index >= HC_GID_TBL_LEN) {
 		errno = EINVAL;
 		return -1;
 	}
@@ -432,8 +449,7 @@ HC_EXPORT int ibv_query_gid_type(struct ibv_context *c, uint8_t port, unsigned i
 
 HC_EXPORT int ibv_query_pkey(struct ibv_context *c, uint8_t port, int index, __be16 *pkey)
 {
-	(void)c;
-	if (port != 1 || index != 0) {
+	if (!hc_obj_live(c, HC_OBJ_CONTEXT) || !pkey || port != 1 || index != 0) {
 		errno = EINVAL;
 		return -1;
 	}
@@ -443,7 +459,10 @@ HC_EXPORT int ibv_query_pkey(struct ibv_context *c, uint8_t port, int index, __b
 
 HC_EXPORT int ibv_get_pkey_index(struct ibv_context *c, uint8_t port, __be16 pkey)
 {
-	(void)c;
+	if (!hc_obj_live(c, HC_OBJ_CONTEXT)) {
+		errno = EINVAL;
+		return -1;
+	}
 	if (port != 1 || be16toh(pkey) != 0xFFFF) {
 		errno = ENOENT;
 		return -1;
@@ -454,6 +473,7 @@ HC_EXPORT int ibv_get_pkey_index(struct ibv_context *c, uint8_t port, __be16 pke
 /* Protection domains. */
 HC_EXPORT struct ibv_pd *ibv_alloc_pd(struct ibv_context *c)
 {
+	HC_LIVE(c, HC_OBJ_CONTEXT, NULL);
 	struct hc_context *ctx = hc_ctx(c);
 	uint8_t in[8], out[64];
 	hc_cmd_header(in, HC_CMD_ALLOC_PD);
@@ -469,11 +489,13 @@ HC_EXPORT struct ibv_pd *ibv_alloc_pd(struct ibv_context *c)
 	}
 	pd->context = c;
 	pd->handle = hc_get32(out + 8) & 0xFFFFFF;
+	hc_obj_add(pd, HC_OBJ_PD);
 	return pd;
 }
 
 HC_EXPORT int ibv_dealloc_pd(struct ibv_pd *pd)
 {
+	HC_LIVE(pd, HC_OBJ_PD, EINVAL);
 	struct hc_context *ctx = hc_ctx(pd->context);
 	uint8_t in[12], out[64];
 	hc_cmd_header(in, HC_CMD_DEALLOC_PD);
@@ -481,6 +503,7 @@ HC_EXPORT int ibv_dealloc_pd(struct ibv_pd *pd)
 	int err = hc_cmd(ctx, in, sizeof in, out, sizeof out, NULL);
 	if (err && err != EIO)
 		return err;
+	hc_obj_del(pd);
 	free(pd);
 	return 0;
 }
@@ -488,6 +511,7 @@ HC_EXPORT int ibv_dealloc_pd(struct ibv_pd *pd)
 /* Completion channels. */
 HC_EXPORT struct ibv_comp_channel *ibv_create_comp_channel(struct ibv_context *c)
 {
+	HC_LIVE(c, HC_OBJ_CONTEXT, NULL);
 	struct hc_channel *ch = hc_zalloc(sizeof *ch);
 	if (!ch) {
 		errno = ENOMEM;
@@ -502,11 +526,13 @@ HC_EXPORT struct ibv_comp_channel *ibv_create_comp_channel(struct ibv_context *c
 	}
 	ch->ch.context = c;
 	pthread_mutex_init(&ch->mu, NULL);
+	hc_obj_add(&ch->ch, HC_OBJ_CHANNEL);
 	return &ch->ch;
 }
 
 HC_EXPORT int ibv_destroy_comp_channel(struct ibv_comp_channel *channel)
 {
+	HC_LIVE(channel, HC_OBJ_CHANNEL, EINVAL);
 	struct hc_channel *ch = (struct hc_channel *)channel;
 	pthread_mutex_lock(&ch->mu);
 	int busy = ch->ncq > 0;
@@ -515,6 +541,7 @@ HC_EXPORT int ibv_destroy_comp_channel(struct ibv_comp_channel *channel)
 		errno = EBUSY;
 		return EBUSY;
 	}
+	hc_obj_del(channel);
 	close(ch->ch.fd);
 	hc_zfree(ch->q);
 	hc_zfree(ch);
@@ -538,6 +565,11 @@ static int wait_event(int fd)
 
 HC_EXPORT int ibv_get_cq_event(struct ibv_comp_channel *channel, struct ibv_cq **cq, void **cq_context)
 {
+	HC_LIVE(channel, HC_OBJ_CHANNEL, -1);
+	if (!cq || !cq_context) {
+		errno = EINVAL;
+		return -1;
+	}
 	struct hc_channel *ch = (struct hc_channel *)channel;
 	for (;;) {
 		pthread_mutex_lock(&ch->mu);
@@ -566,6 +598,8 @@ HC_EXPORT int ibv_get_cq_event(struct ibv_comp_channel *channel, struct ibv_cq *
 
 HC_EXPORT void ibv_ack_cq_events(struct ibv_cq *cq, unsigned int nevents)
 {
+	if (!hc_obj_live(cq, HC_OBJ_CQ))
+		return;
 	pthread_mutex_lock(&cq->mutex);
 	cq->comp_events_completed += nevents;
 	pthread_cond_signal(&cq->cond);
@@ -620,6 +654,11 @@ static void async_count(const struct ibv_async_event *ev, int ack)
 }
 HC_EXPORT int ibv_get_async_event(struct ibv_context *c, struct ibv_async_event *ev)
 {
+	HC_LIVE(c, HC_OBJ_CONTEXT, -1);
+	if (!ev) {
+		errno = EINVAL;
+		return -1;
+	}
 	struct hc_context *ctx = hc_ctx(c);
 	for (;;) {
 		pthread_mutex_lock(&ctx->mu);
@@ -646,7 +685,30 @@ HC_EXPORT int ibv_get_async_event(struct ibv_context *c, struct ibv_async_event 
 
 /* ibv_ack_async_event acks an event of a QP or CQ: ibv_destroy_qp and
  * ibv_destroy_cq wait until every event handed out has been acked. */
-HC_EXPORT void ibv_ack_async_event(struct ibv_async_event *ev) { async_count(ev, 1); }
+HC_EXPORT void ibv_ack_async_event(struct ibv_async_event *ev)
+{
+	if (!ev)
+		return;
+	switch (ev->event_type) { /* an event of an object that is not one: nothing to ack */
+	case IBV_EVENT_QP_FATAL:
+	case IBV_EVENT_QP_LAST_WQE_REACHED:
+	case IBV_EVENT_SQ_DRAINED:
+		if (!hc_obj_live(ev->element.qp, HC_OBJ_QP))
+			return;
+		break;
+	case IBV_EVENT_SRQ_LIMIT_REACHED:
+		if (!hc_obj_live(ev->element.srq, HC_OBJ_SRQ))
+			return;
+		break;
+	case IBV_EVENT_CQ_ERR:
+		if (!hc_obj_live(ev->element.cq, HC_OBJ_CQ))
+			return;
+		break;
+	default:
+		break;
+	}
+	async_count(ev, 1);
+}
 
 /* Object tables: CQs and QPs by number, for events and completions. The
  * numbers are small (the device hands them out from a low base), so a
@@ -678,6 +740,7 @@ int hc_table_put(struct hc_context *ctx, int kind, uint32_t num, void *obj)
 		*tab = t;
 		*n = nn;
 	}
+	hc_obj_add(obj, kind); /* (the destroyer deletes it, just before it frees it) */
 	(*tab)[num] = obj;
 	pthread_mutex_unlock(&ctx->obj_mu);
 	return 0;
@@ -909,7 +972,7 @@ HC_EXPORT enum ibv_rate mbps_to_ibv_rate(int mbps)
  * destination GID. */
 HC_EXPORT struct ibv_ah *ibv_create_ah(struct ibv_pd *pd, struct ibv_ah_attr *attr)
 {
-	if (!pd || !attr || attr->port_num != 1) {
+	if (!hc_obj_live(pd, HC_OBJ_PD) || !attr || attr->port_num != 1) {
 		errno = EINVAL;
 		return NULL;
 	}
@@ -934,6 +997,7 @@ HC_EXPORT struct ibv_ah *ibv_create_ah(struct ibv_pd *pd, struct ibv_ah_attr *at
 	v[27] = attr->grh.hop_limit;
 	hc_put32(v + 28, 1u << 30 | (uint32_t)attr->grh.sgid_index << 20 | (attr->grh.flow_label & 0xFFFFF));
 	memcpy(v + 32, attr->grh.dgid.raw, 16);
+	hc_obj_add(&a->ah, HC_OBJ_AH);
 	return &a->ah;
 }
 
@@ -978,7 +1042,7 @@ static int find_gid(const struct hc_context *ctx, const union ibv_gid *gid, unsi
 HC_EXPORT int ibv_init_ah_from_wc(struct ibv_context *c, uint8_t port, struct ibv_wc *wc, struct ibv_grh *grh,
 				  struct ibv_ah_attr *ah)
 {
-	if (!c || !wc || !ah || port != 1 || !grh || !(wc->wc_flags & IBV_WC_GRH)) {
+	if (!hc_obj_live(c, HC_OBJ_CONTEXT) || !wc || !ah || port != 1 || !grh || !(wc->wc_flags & IBV_WC_GRH)) {
 		errno = EINVAL;
 		return -1;
 	}
@@ -1028,8 +1092,8 @@ HC_EXPORT struct ibv_ah *ibv_create_ah_from_wc(struct ibv_pd *pd, struct ibv_wc 
 					       uint8_t port)
 {
 	struct ibv_ah_attr a;
-	if (!pd || ibv_init_ah_from_wc(pd->context, port, wc, grh, &a)) {
-		if (!pd)
+	if (!hc_obj_live(pd, HC_OBJ_PD) || ibv_init_ah_from_wc(pd->context, port, wc, grh, &a)) {
+		if (!hc_obj_live(pd, HC_OBJ_PD))
 			errno = EINVAL;
 		return NULL;
 	}
@@ -1038,6 +1102,8 @@ HC_EXPORT struct ibv_ah *ibv_create_ah_from_wc(struct ibv_pd *pd, struct ibv_wc 
 
 HC_EXPORT int ibv_destroy_ah(struct ibv_ah *ah)
 {
+	HC_LIVE(ah, HC_OBJ_AH, EINVAL);
+	hc_obj_del(ah);
 	free(ah);
 	return 0;
 }

@@ -424,6 +424,41 @@ int hc_create_free_klm(struct hc_context *ctx, uint32_t pd, uint8_t variant, uin
 
 /* objects: tables by number */
 enum { HC_TAB_CQ, HC_TAB_QP, HC_TAB_MKEY, HC_TAB_SRQ };
+
+/* objects.c: every object handed out, by address and kind (the tables'
+ * kinds are the first), so that an entry point can refuse a pointer that
+ * is not a live object of its kind. */
+enum {
+	HC_OBJ_CQ = HC_TAB_CQ,
+	HC_OBJ_QP = HC_TAB_QP,
+	HC_OBJ_MKEY = HC_TAB_MKEY,
+	HC_OBJ_SRQ = HC_TAB_SRQ,
+	HC_OBJ_CONTEXT,
+	HC_OBJ_DEVICE,
+	HC_OBJ_DEVLIST,
+	HC_OBJ_PD,
+	HC_OBJ_MR,
+	HC_OBJ_AH,
+	HC_OBJ_CHANNEL,
+	HC_OBJ_MW,
+	HC_OBJ_XRCD,
+	HC_OBJ_WQ,
+	HC_OBJ_IND,
+	HC_OBJ_FLOW,
+};
+void hc_obj_add(const void *p, int kind);
+void hc_obj_del(const void *p);
+int hc_obj_live(const void *p, int kind);
+
+/* HC_LIVE returns ret from the calling entry point, with errno EINVAL,
+ * unless p is a live object of kind. */
+#define HC_LIVE(p, kind, ret)                                                                                          \
+	do {                                                                                                           \
+		if (!hc_obj_live((p), (kind))) {                                                                       \
+			errno = EINVAL;                                                                                \
+			return ret;                                                                                    \
+		}                                                                                                      \
+	} while (0)
 int hc_table_put(struct hc_context *ctx, int kind, uint32_t num, void *obj);
 struct hc_qp *hc_find_qp_on(struct hc_context *ctx, uint32_t qpn, struct hc_cq *cq);
 void hc_purge_async(struct hc_context *ctx, void *obj);

@@ -892,6 +892,7 @@ int hc_create_free_klm(struct hc_context *ctx, uint32_t pd, uint8_t variant, uin
 HC_EXPORT struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t length, uint64_t iova,
 					  unsigned int access)
 {
+	HC_LIVE(pd, HC_OBJ_PD, NULL);
 	struct hc_context *ctx = hc_ctx(pd->context);
 	int err = mr_check(ctx, addr, length, iova, &access);
 	struct hc_mr *m = err ? NULL : hc_zalloc(sizeof *m);
@@ -904,6 +905,7 @@ HC_EXPORT struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t 
 		errno = err;
 		return NULL;
 	}
+	hc_obj_add(&m->mr, HC_OBJ_MR);
 	return &m->mr;
 }
 
@@ -914,10 +916,14 @@ HC_EXPORT struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t 
  * the MR is as it was. */
 HC_EXPORT int ibv_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void *addr, size_t length, int access)
 {
+	if (!hc_obj_live(mr, HC_OBJ_MR)) {
+		errno = EINVAL;
+		return IBV_REREG_MR_ERR_INPUT;
+	}
 	struct hc_mr *m = (struct hc_mr *)mr;
 	struct hc_context *ctx = hc_ctx(mr->context);
 	if (flags <= 0 || (flags & ~IBV_REREG_MR_FLAGS_SUPPORTED) ||
-	    ((flags & IBV_REREG_MR_CHANGE_PD) && (!pd || pd->context != mr->context))) {
+	    ((flags & IBV_REREG_MR_CHANGE_PD) && (!hc_obj_live(pd, HC_OBJ_PD) || pd->context != mr->context))) {
 		errno = EINVAL;
 		return IBV_REREG_MR_ERR_INPUT;
 	}
@@ -980,10 +986,12 @@ HC_EXPORT struct ibv_mr *ibv_reg_mr_iova(struct ibv_pd *pd, void *addr, size_t l
 
 HC_EXPORT int ibv_dereg_mr(struct ibv_mr *mr)
 {
+	HC_LIVE(mr, HC_OBJ_MR, EINVAL);
 	struct hc_mr *m = (struct hc_mr *)mr;
 	int err = hc_obj_destroy(hc_ctx(mr->context), HC_CMD_DESTROY_MKEY, m->index);
 	if (err)
 		return err;
+	hc_obj_del(mr);
 	pthread_mutex_lock(&regions_mu);
 	mr_drop(m);
 	pthread_mutex_unlock(&regions_mu);

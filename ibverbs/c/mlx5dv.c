@@ -67,7 +67,7 @@ static struct hc_qp *dv_qp(struct mlx5dv_qp_ex *m) { return (struct hc_qp *)((ch
 
 /* Context. */
 
-HC_EXPORT bool mlx5dv_is_supported(struct ibv_device *device) { return device != NULL; }
+HC_EXPORT bool mlx5dv_is_supported(struct ibv_device *device) { return hc_obj_live(device, HC_OBJ_DEVICE); }
 
 HC_EXPORT struct ibv_context *mlx5dv_open_device(struct ibv_device *device, struct mlx5dv_context_attr *attr)
 {
@@ -80,6 +80,9 @@ HC_EXPORT struct ibv_context *mlx5dv_open_device(struct ibv_device *device, stru
 
 HC_EXPORT int mlx5dv_query_device(struct ibv_context *c, struct mlx5dv_context *a)
 {
+	HC_LIVE(c, HC_OBJ_CONTEXT, EINVAL);
+	if (!a)
+		return EINVAL;
 	struct hc_context *ctx = hc_ctx(c);
 	/* The fields past comp_mask are written only as comp_mask asks, as
 	 * rdma-core does: a program built against older headers passes a
@@ -111,6 +114,7 @@ static void dv_fill_ops(struct hc_qp *qp);
 HC_EXPORT struct ibv_qp *mlx5dv_create_qp(struct ibv_context *c, struct ibv_qp_init_attr_ex *a,
 					  struct mlx5dv_qp_init_attr *dva)
 {
+	HC_LIVE(c, HC_OBJ_CONTEXT, NULL);
 	struct hc_qp_dv dv = {0};
 	if (dva) {
 		const uint64_t known = MLX5DV_QP_INIT_ATTR_MASK_QP_CREATE_FLAGS | MLX5DV_QP_INIT_ATTR_MASK_DC |
@@ -176,7 +180,11 @@ void hc_dv_qp_init(struct hc_qp *qp, const struct hc_qp_dv *dv)
 	dv_fill_ops(qp);
 }
 
-HC_EXPORT struct mlx5dv_qp_ex *mlx5dv_qp_ex_from_ibv_qp_ex(struct ibv_qp_ex *x) { return &((struct hc_qp *)x)->dv; }
+HC_EXPORT struct mlx5dv_qp_ex *mlx5dv_qp_ex_from_ibv_qp_ex(struct ibv_qp_ex *x)
+{
+	HC_LIVE(x, HC_OBJ_QP, NULL); /* an hc_qp begins with its ibv_qp_ex */
+	return &((struct hc_qp *)x)->dv;
+}
 
 /* Mkeys. */
 
@@ -191,11 +199,17 @@ static int psv_create(struct hc_context *ctx, uint32_t pd, uint32_t *index)
 	return err;
 }
 
+static int mkey_destroy(struct hc_mkey *m);
+
 HC_EXPORT struct mlx5dv_mkey *mlx5dv_create_mkey(struct mlx5dv_mkey_init_attr *attr)
 {
 	const uint32_t known = MLX5DV_MKEY_INIT_ATTR_FLAGS_INDIRECT | MLX5DV_MKEY_INIT_ATTR_FLAGS_BLOCK_SIGNATURE |
 			       MLX5DV_MKEY_INIT_ATTR_FLAGS_REMOTE_INVALIDATE;
-	if (!attr || !attr->pd || !attr->create_flags || (attr->create_flags & ~known)) {
+	if (!attr || !hc_obj_live(attr->pd, HC_OBJ_PD)) {
+		errno = EINVAL;
+		return NULL;
+	}
+	if (!attr->create_flags || (attr->create_flags & ~known)) {
 		errno = EOPNOTSUPP; /* crypto and UPDATE_TAG are not modelled */
 		return NULL;
 	}
@@ -246,7 +260,7 @@ HC_EXPORT struct mlx5dv_mkey *mlx5dv_create_mkey(struct mlx5dv_mkey_init_attr *a
 	if (!err)
 		err = hc_table_put(ctx, HC_TAB_MKEY, m->index, m);
 	if (err) {
-		mlx5dv_destroy_mkey(&m->dv);
+		mkey_destroy(m);
 		errno = err;
 		return NULL;
 	}
@@ -257,7 +271,13 @@ HC_EXPORT struct mlx5dv_mkey *mlx5dv_create_mkey(struct mlx5dv_mkey_init_attr *a
  * after a failure, a retry destroys only what is left. */
 HC_EXPORT int mlx5dv_destroy_mkey(struct mlx5dv_mkey *dvm)
 {
-	struct hc_mkey *m = (struct hc_mkey *)dvm;
+	HC_LIVE(dvm, HC_OBJ_MKEY, EINVAL);
+	return mkey_destroy((struct hc_mkey *)dvm);
+}
+
+/* mkey_destroy destroys a key, or what a failed create made of one. */
+static int mkey_destroy(struct hc_mkey *m)
+{
 	struct hc_context *ctx = m->ctx;
 	if (m->have_mem) {
 		int err = hc_obj_destroy(ctx, HC_CMD_DESTROY_PSV, m->psv_mem);
@@ -283,6 +303,7 @@ HC_EXPORT int mlx5dv_destroy_mkey(struct mlx5dv_mkey *dvm)
 	if (m->index < ctx->nmkeys && ctx->mkeys[m->index] == m)
 		ctx->mkeys[m->index] = NULL;
 	pthread_mutex_unlock(&ctx->obj_mu);
+	hc_obj_del(m);
 	hc_zfree(m);
 	return 0;
 }
@@ -314,8 +335,9 @@ void hc_dv_sig_err(struct hc_context *ctx, const uint8_t *e)
 
 HC_EXPORT int _mlx5dv_mkey_check(struct mlx5dv_mkey *dvm, struct mlx5dv_mkey_err *out, size_t size)
 {
+	HC_LIVE(dvm, HC_OBJ_MKEY, EINVAL);
 	struct hc_mkey *m = (struct hc_mkey *)dvm;
-	if (!m->sig || size < sizeof *out)
+	if (!out || !m->sig || size < sizeof *out)
 		return EINVAL;
 	memset(out, 0, sizeof *out);
 	pthread_mutex_lock(&m->mu);
@@ -841,6 +863,8 @@ static void dv_fill_ops(struct hc_qp *qp)
  * it cancelled, or -errno. */
 HC_EXPORT int mlx5dv_qp_cancel_posted_send_wrs(struct mlx5dv_qp_ex *mqp, uint64_t wr_id)
 {
+	if (!mqp || !hc_obj_live(dv_qp(mqp), HC_OBJ_QP))
+		return -EINVAL;
 	struct hc_qp *qp = dv_qp(mqp);
 	uint8_t in[12], out[64];
 	hc_cmd_header(in, HC_CMD_QUERY_QP);

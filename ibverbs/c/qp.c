@@ -43,6 +43,7 @@ static void qp_free(struct hc_qp *qp)
 	hc_zfree(qp->wrop);
 	hc_zfree(qp->nbb);
 	hc_zfree(qp->rwrid);
+	hc_obj_del(qp);
 	hc_zfree(qp);
 }
 
@@ -52,7 +53,11 @@ static struct ibv_qp *create_tgt(struct ibv_context *c, struct ibv_qp_init_attr_
 
 struct ibv_qp *hc_create_qp_ex(struct ibv_context *c, struct ibv_qp_init_attr_ex *a)
 {
-	if (a && a->qp_type == IBV_QPT_XRC_RECV)
+	if (!a || !hc_obj_live(c, HC_OBJ_CONTEXT) || ((a->comp_mask & IBV_QP_INIT_ATTR_PD) && !hc_obj_live(a->pd, HC_OBJ_PD))) {
+		errno = EINVAL;
+		return NULL;
+	}
+	if (a->qp_type == IBV_QPT_XRC_RECV)
 		return create_tgt(c, a);
 	return hc_create_qp(c, a, NULL);
 }
@@ -357,11 +362,17 @@ struct ibv_qp *hc_open_qp(struct ibv_context *c, struct ibv_qp_open_attr *a)
 	qpx_init(h);
 	struct hc_qp_dv none = {0};
 	hc_dv_qp_init(h, &none);
+	hc_obj_add(q, HC_OBJ_QP);
 	return q;
 }
 
 HC_EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *a)
 {
+	HC_LIVE(pd, HC_OBJ_PD, NULL);
+	if (!a) {
+		errno = EINVAL;
+		return NULL;
+	}
 	struct ibv_qp_init_attr_ex x = {0};
 	memcpy(&x, a, sizeof *a);
 	x.comp_mask = IBV_QP_INIT_ATTR_PD;
@@ -372,7 +383,11 @@ HC_EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_att
 	return q;
 }
 
-HC_EXPORT struct ibv_qp_ex *ibv_qp_to_qp_ex(struct ibv_qp *qp) { return &hc_qp(qp)->qpx; }
+HC_EXPORT struct ibv_qp_ex *ibv_qp_to_qp_ex(struct ibv_qp *qp)
+{
+	HC_LIVE(qp, HC_OBJ_QP, NULL);
+	return &hc_qp(qp)->qpx;
+}
 
 /* ibv_query_qp_data_in_order: the device places a message's data in
  * address order (on the wire in PSN order, a packet after a gap dropped),
@@ -381,13 +396,14 @@ HC_EXPORT struct ibv_qp_ex *ibv_qp_to_qp_ex(struct ibv_qp *qp) { return &hc_qp(q
 HC_EXPORT int ibv_query_qp_data_in_order(struct ibv_qp *qp, enum ibv_wr_opcode op, uint32_t flags)
 {
 	(void)op;
-	return qp && !flags ? 1 : 0;
+	return hc_obj_live(qp, HC_OBJ_QP) && !flags ? 1 : 0;
 }
 
 static int qp_destroy(struct hc_qp *qp);
 
 HC_EXPORT int ibv_destroy_qp(struct ibv_qp *q)
 {
+	HC_LIVE(q, HC_OBJ_QP, EINVAL);
 	struct hc_qp *qp = hc_qp(q);
 	struct hc_context *ctx = qp->ctx;
 	if (qp->opened || q->qp_type == IBV_QPT_XRC_RECV) {
@@ -591,6 +607,9 @@ static void reset_indices(struct hc_qp *qp)
 
 HC_EXPORT int ibv_modify_qp(struct ibv_qp *q, struct ibv_qp_attr *a, int mask)
 {
+	HC_LIVE(q, HC_OBJ_QP, EINVAL);
+	if (!a)
+		return EINVAL;
 	struct hc_qp *qp = hc_qp(q);
 	if (qp->ind)
 		return EOPNOTSUPP; /* as mlx5: an RSS QP is not modified */
@@ -744,6 +763,9 @@ HC_EXPORT int ibv_modify_qp(struct ibv_qp *q, struct ibv_qp_attr *a, int mask)
 
 HC_EXPORT int ibv_query_qp(struct ibv_qp *q, struct ibv_qp_attr *a, int mask, struct ibv_qp_init_attr *init)
 {
+	HC_LIVE(q, HC_OBJ_QP, EINVAL);
+	if (!a || !init)
+		return EINVAL;
 	struct hc_qp *qp = hc_qp(q);
 	if (qp->ind)
 		return EOPNOTSUPP; /* as mlx5: nor queried */

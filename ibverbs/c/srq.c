@@ -115,7 +115,7 @@ static struct ibv_srq *create_srq(struct ibv_pd *pd, struct ibv_srq_init_attr *a
 
 HC_EXPORT struct ibv_srq *ibv_create_srq(struct ibv_pd *pd, struct ibv_srq_init_attr *a)
 {
-	if (!pd || !a) {
+	if (!hc_obj_live(pd, HC_OBJ_PD) || !a) {
 		errno = EINVAL;
 		return NULL;
 	}
@@ -124,7 +124,7 @@ HC_EXPORT struct ibv_srq *ibv_create_srq(struct ibv_pd *pd, struct ibv_srq_init_
 
 HC_EXPORT int ibv_modify_srq(struct ibv_srq *q, struct ibv_srq_attr *a, int mask)
 {
-	if (!q || !a)
+	if (!hc_obj_live(q, HC_OBJ_SRQ) || !a)
 		return EINVAL;
 	struct hc_srq *s = hc_srq(q);
 	if (mask & ~(IBV_SRQ_MAX_WR | IBV_SRQ_LIMIT))
@@ -147,7 +147,7 @@ HC_EXPORT int ibv_modify_srq(struct ibv_srq *q, struct ibv_srq_attr *a, int mask
 
 HC_EXPORT int ibv_query_srq(struct ibv_srq *q, struct ibv_srq_attr *a)
 {
-	if (!q || !a)
+	if (!hc_obj_live(q, HC_OBJ_SRQ) || !a)
 		return EINVAL;
 	struct hc_srq *s = hc_srq(q);
 	uint8_t in[12] = {0}, out[64];
@@ -164,7 +164,7 @@ HC_EXPORT int ibv_query_srq(struct ibv_srq *q, struct ibv_srq_attr *a)
 
 HC_EXPORT int ibv_destroy_srq(struct ibv_srq *q)
 {
-	if (!q)
+	if (!hc_obj_live(q, HC_OBJ_SRQ))
 		return EINVAL;
 	struct hc_srq *s = hc_srq(q);
 	struct hc_context *ctx = s->ctx;
@@ -188,6 +188,7 @@ HC_EXPORT int ibv_destroy_srq(struct ibv_srq *q)
 	pthread_mutex_unlock(&q->mutex);
 	hc_dma_free(ctx, &s->mem);
 	hc_zfree(s->wrid);
+	hc_obj_del(q);
 	hc_zfree(s);
 	return 0;
 }
@@ -254,7 +255,8 @@ struct ibv_srq *hc_create_srq_ex(struct ibv_context *c, struct ibv_srq_init_attr
 {
 	const uint32_t known = IBV_SRQ_INIT_ATTR_TYPE | IBV_SRQ_INIT_ATTR_PD | IBV_SRQ_INIT_ATTR_XRCD |
 			       IBV_SRQ_INIT_ATTR_CQ | IBV_SRQ_INIT_ATTR_TM;
-	if (!a || (a->comp_mask & ~known) || !(a->comp_mask & IBV_SRQ_INIT_ATTR_PD) || !a->pd || a->pd->context != c) {
+	if (!a || (a->comp_mask & ~known) || !(a->comp_mask & IBV_SRQ_INIT_ATTR_PD) || !hc_obj_live(a->pd, HC_OBJ_PD) ||
+	    a->pd->context != c) {
 		errno = a && (a->comp_mask & ~known) ? EOPNOTSUPP : EINVAL;
 		return NULL;
 	}
