@@ -211,8 +211,10 @@ static void *reader(void *arg)
 			continue;
 		if (n <= 0)
 			break;
-		if (n < HC_HDR)
+		if (n < HC_HDR) {
+			conn_over(ctx); /* not a message: a request's reply may be lost in it */
 			continue;
+		}
 		int type = hc_get16(buf);
 		uint32_t id = hc_get32(buf + 4);
 		size_t len = (size_t)n - HC_HDR;
@@ -225,7 +227,8 @@ static void *reader(void *arg)
 			continue;
 		}
 		pthread_mutex_lock(&ctx->mu);
-		if (id == ctx->want_id && !ctx->reply_ready) {
+		int ok = id != 0 && id == ctx->want_id && !ctx->reply_ready;
+		if (ok) {
 			memcpy(ctx->reply, buf + HC_HDR, len);
 			ctx->reply_len = len;
 			ctx->reply_type = type;
@@ -233,6 +236,12 @@ static void *reader(void *arg)
 			pthread_cond_broadcast(&ctx->cond);
 		}
 		pthread_mutex_unlock(&ctx->mu);
+		/* A reply no request awaits breaks the protocol (the daemon
+		 * answers each request once, in order): the request that
+		 * waits for its own would wait forever. The device is gone, as
+		 * a ConnectX whose firmware stops answering commands. */
+		if (!ok)
+			conn_over(ctx);
 	}
 dead:
 	hc_zfree(buf);

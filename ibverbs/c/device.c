@@ -146,6 +146,10 @@ static void parse_caps(const uint8_t *o, size_t len, struct hc_caps *c)
 		c->log_max_rq = 15;
 	if (c->log_max_klm > 16)
 		c->log_max_klm = 16;
+	if (c->max_log_page > 62)
+		c->max_log_page = 62;
+	if (c->min_log_page > c->max_log_page)
+		c->min_log_page = c->max_log_page;
 }
 
 static struct ibv_context *open_device(struct ibv_device *device)
