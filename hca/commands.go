@@ -56,6 +56,13 @@ func (f *Func) Command(inb []byte) (out []byte) {
 			o.Put64(ifc.CountersOut+8*i, x)
 		}
 		return ifc.Out(o)
+	case ifc.CmdQueryUsage:
+		v := f.dev.Usage().Values()
+		o := ifc.In(okOut(ifc.CountersOut + 8*len(v)))
+		for i, x := range v {
+			o.Put64(ifc.CountersOut+8*i, x)
+		}
+		return ifc.Out(o)
 	case ifc.CmdAllocPD:
 		return f.allocPD()
 	case ifc.CmdDeallocPD:

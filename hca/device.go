@@ -191,6 +191,30 @@ func (d *Device) Close() error {
 	return nil
 }
 
+// Usage returns what the device's functions hold now.
+func (d *Device) Usage() ifc.Usage {
+	d.mu.Lock()
+	funcs := make([]*Func, 0, len(d.funcs))
+	for f := range d.funcs {
+		funcs = append(funcs, f)
+	}
+	d.mu.Unlock()
+	u := ifc.Usage{Functions: uint64(len(funcs))}
+	for _, f := range funcs {
+		f.mu.Lock()
+		u.PDs += uint64(len(f.pds.n))
+		u.CQs += uint64(len(f.cqs))
+		u.QPs += uint64(len(f.qps))
+		u.SRQs += uint64(len(f.srqs))
+		u.Mkeys += uint64(len(f.mkeyCost))
+		u.Maps += uint64(len(f.dma))
+		u.Charged += f.charged
+		f.mu.Unlock()
+		u.MappedBytes += f.mem.Mapped()
+	}
+	return u
+}
+
 func (d *Device) removeFunc(f *Func) {
 	d.mu.Lock()
 	delete(d.funcs, f)

@@ -15,7 +15,7 @@ var countersOpts struct {
 
 var countersCmd = &command{
 	name:    "counters",
-	summary: "print the port counters of a running daemon (packets, bytes, retransmissions, NAKs, ICRC errors, …)",
+	summary: "print the port counters of a running daemon (packets, bytes, retransmissions, NAKs, ICRC errors, …) and what its device holds (functions, QPs, mkeys, mappings)",
 	usage:   "[--socket PATH]",
 	example: "hcasim counters --socket /tmp/a.sock",
 	flags: func(fs *flag.FlagSet) {
@@ -53,6 +53,15 @@ func runCounters(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) erro
 	}
 	for i := 0; i+1 < len(attrs); i += 2 {
 		fmt.Fprintf(stdout, "  %-18s %d\n", attrs[i], attrs[i+1])
+	}
+	u, err := ctx.Usage()
+	if err != nil {
+		return err
+	}
+	// The device's objects, this query's own function among them.
+	fmt.Fprintf(stdout, "device usage (this query's function included):\n")
+	for i, v := range u.Values() {
+		fmt.Fprintf(stdout, "  %-18s %d\n", u.Names()[i], v)
 	}
 	return nil
 }

@@ -47,6 +47,10 @@ const (
 	// field order, BE64 each from byte 8): mlx5's QUERY_VPORT_COUNTER
 	// opcode with the model's own layout.
 	CmdQueryPortCounters = 0x770
+	// CmdQueryUsage reads what the whole device holds (Usage, in field
+	// order, BE64 each from byte 8): the model's own command, in the
+	// counters' opcode range.
+	CmdQueryUsage = 0x772
 )
 
 // Status is a command's completion status (the output mailbox's first byte).

@@ -141,6 +141,19 @@ func (c *Context) PortCounters() (ifc.PortCounters, error) {
 	return ifc.CountersFrom(v), nil
 }
 
+// Usage reads what the whole device holds now (QUERY_USAGE).
+func (c *Context) Usage() (ifc.Usage, error) {
+	out, err := c.cmd(ifc.NewIn(ifc.CmdQueryUsage, ifc.InHeaderSize))
+	if err != nil {
+		return ifc.Usage{}, fmt.Errorf("query usage: %w", err)
+	}
+	var v []uint64
+	for off := ifc.CountersOut; off+8 <= len(out); off += 8 {
+		v = append(v, ifc.In(out).U64(off))
+	}
+	return ifc.UsageFrom(v), nil
+}
+
 // GID returns the port's RoCEv2 GID (zero when the device has no wire).
 func (c *Context) GID() [16]byte { return c.gid }
 
