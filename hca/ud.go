@@ -96,7 +96,7 @@ func (qp *QP) executeUD(s *reqState, a *qpAttr, p *pending, w []byte, f *sq.Ctrl
 	r.src = append(r.segArr[:0], r.udBuf)
 	r.udSrcQP, r.udQKey, r.udSGID, r.udDGID = qp.qpn, qkey, sgid, av.RGID
 	r.udTClass, r.udHop = av.TClass, av.HopLimit
-	r.udV1 = av.SGIDIndex%2 == 0 // even entries are RoCE v1 (ifc.PortGID)
+	r.udV1 = ifc.GIDIsRoCEv1(int(av.SGIDIndex))
 	if w := qp.dev.wire.Load(); w != nil && av.RGID != ([16]byte{}) && av.RGID != w.gid && !linkLocal(av.RGID) {
 		w.sendUD(qp, r, s.nextPSN, av.DestQPN)
 	} else {
@@ -225,16 +225,15 @@ func buildGRH(b []byte, r *request) bool {
 		n += 4
 	}
 	o := roce.FrameOptions{TrafficClass: r.udTClass, HopLimit: r.udHop}
-	if !r.udV1 && s.Is4In6() && d.Is4In6() {
+	switch {
+	case r.udV1:
+		roce.PutL3Header(b, s, d, o, n-8) // no UDP header: the GRH is followed by the BTH
+		b[6] = grhNextHeaderBTH
+	case s.Is4In6() && d.Is4In6():
 		roce.PutL3Header(b[20:], s.Unmap(), d.Unmap(), o, n)
 		return true
-	}
-	if r.udV1 {
-		n -= 8 // no UDP header: the GRH is followed by the BTH
-	}
-	roce.PutL3Header(b, s, d, o, n)
-	if r.udV1 {
-		b[6] = grhNextHeaderBTH
+	default:
+		roce.PutL3Header(b, s, d, o, n)
 	}
 	return false
 }

@@ -14,6 +14,11 @@ func NodeGUID(lid uint16) uint64 { return 0x0002c90300000000 | uint64(lid)<<8 | 
 // 127.0.0.1 for a port without a wire.
 const GIDEntries = 4
 
+// GIDIsRoCEv1 reports whether the port's GID table entry index is a
+// RoCE v1 one (the even entries; the odd ones are RoCE v2), as Linux fills
+// a RoCE port's table: an entry of each type per address.
+func GIDIsRoCEv1(index int) bool { return index%2 == 0 }
+
 // PortGID returns the GID at index of the table of the port with LID lid
 // and wire GID wire (zero: no wire), and whether the entry is filled. Odd
 // entries are RoCE v2, even ones RoCE v1. The device (for a UD send's

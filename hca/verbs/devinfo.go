@@ -396,7 +396,10 @@ func (c *Context) QueryGID(port, index int) ([16]byte, GIDType, error) {
 		return g, GIDTypeIB, fmt.Errorf("query gid %d/%d: %w", port, index, err)
 	}
 	if g, ok := ifc.PortGID(index, lid, wire); ok {
-		return g, GIDTypeRoCEv1 + GIDType(index&1), nil
+		if ifc.GIDIsRoCEv1(index) {
+			return g, GIDTypeRoCEv1, nil
+		}
+		return g, GIDTypeRoCEv2, nil
 	}
 	return g, GIDTypeIB, nil
 }
