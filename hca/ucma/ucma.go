@@ -86,6 +86,19 @@ func New(dev Device) *Service {
 		comms: map[uint32]*cmID{}, nextCM: rand.Uint32()}
 }
 
+// Usage is what a connection manager holds: open channels (event
+// files), CM ids, port bindings and connections by communication ID.
+type Usage struct {
+	Channels, IDs, Ports, Comms int
+}
+
+// Usage returns what the service holds now.
+func (s *Service) Usage() Usage {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return Usage{Channels: len(s.chans), IDs: len(s.ids), Ports: len(s.ports), Comms: len(s.comms)}
+}
+
 // Channel is one open of the device: its ids and its events.
 type Channel struct {
 	s      *Service

@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/hcasim/hcasim/hca/remote/daemon"
+	"github.com/hcasim/hcasim/hca/ucma"
 	"net"
 	"os"
 	"os/exec"
@@ -157,6 +158,16 @@ func startDaemon(t testing.TB, sock string, wire *hca.WireOptions) error {
 
 // servers are the daemons Daemon started, by socket.
 var servers sync.Map
+
+// CMUsage returns what the connection manager of the daemon of Daemon at
+// sock holds.
+func CMUsage(sock string) ucma.Usage {
+	v, ok := servers.Load(sock)
+	if !ok {
+		return ucma.Usage{}
+	}
+	return v.(*daemon.Server).CMUsage()
+}
 
 // CMListening reports whether the daemon at sock (one of Daemon's) has an
 // rdma_cm id listening on port.
@@ -361,6 +372,19 @@ func (p *Proc) Output() string {
 	p.out.mu.Lock()
 	defer p.out.mu.Unlock()
 	return p.out.b.String()
+}
+
+// Release checks the output of a program that has ended for a sanitizer
+// report and drops it and its environment, which the test would otherwise
+// keep until it ends: for long runs of many programs (the churn soak).
+func (p *Proc) Release(t testing.TB) {
+	t.Helper()
+	<-p.done
+	SanitizerReport(t, p.Cmd.Path, p.Output())
+	p.out.mu.Lock()
+	p.out.b = &bytes.Buffer{}
+	p.out.mu.Unlock()
+	p.Cmd.Env, p.Cmd.Args = nil, p.Cmd.Args[:1]
 }
 
 // Run runs a program to its end with a timeout and returns its output; the

@@ -763,3 +763,15 @@ func (s *Server) CMListening(port uint16) bool {
 	s.mu.Unlock()
 	return cm != nil && cm.Listening(port)
 }
+
+// CMUsage returns what the daemon's connection manager holds (zero before
+// any client opened the rdma_cm device).
+func (s *Server) CMUsage() ucma.Usage {
+	s.mu.Lock()
+	cm := s.cm
+	s.mu.Unlock()
+	if cm == nil {
+		return ucma.Usage{}
+	}
+	return cm.Usage()
+}

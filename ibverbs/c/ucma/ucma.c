@@ -537,6 +537,18 @@ REAL(close, int, int)
 int __open_2(const char *path, int flags);
 int __open64_2(const char *path, int flags);
 
+/* own_open opens what the shim answers itself, the rdma_cm device and the
+ * sysfs files of sysfs_open: 1 with *fd (or -1 and errno), 0 for a path
+ * the real open takes. Every open variant asks it first. */
+static int own_open(const char *path, int flags, int *fd)
+{
+	if (is_cm_path(path)) {
+		*fd = open_chan(flags);
+		return 1;
+	}
+	return sysfs_open(path, flags, fd);
+}
+
 #define MODE_ARG(flags, mode)                                                                                          \
 	mode_t mode = 0;                                                                                               \
 	if ((flags) & (O_CREAT | __O_TMPFILE)) {                                                                       \
@@ -549,64 +561,52 @@ int __open64_2(const char *path, int flags);
 __attribute__((visibility("default"))) int open(const char *path, int flags, ...)
 {
 	MODE_ARG(flags, mode)
-	if (is_cm_path(path))
-		return open_chan(flags);
-	int sfd;
-	if (sysfs_open(path, flags, &sfd))
-		return sfd;
+	int fd;
+	if (own_open(path, flags, &fd))
+		return fd;
 	return get_open()(path, flags, mode);
 }
 
 __attribute__((visibility("default"))) int open64(const char *path, int flags, ...)
 {
 	MODE_ARG(flags, mode)
-	if (is_cm_path(path))
-		return open_chan(flags);
-	int sfd;
-	if (sysfs_open(path, flags, &sfd))
-		return sfd;
+	int fd;
+	if (own_open(path, flags, &fd))
+		return fd;
 	return get_open64()(path, flags, mode);
 }
 
 __attribute__((visibility("default"))) int openat(int dir, const char *path, int flags, ...)
 {
 	MODE_ARG(flags, mode)
-	if (is_cm_path(path))
-		return open_chan(flags);
-	int sfd;
-	if (sysfs_open(path, flags, &sfd))
-		return sfd;
+	int fd;
+	if (own_open(path, flags, &fd))
+		return fd;
 	return get_openat()(dir, path, flags, mode);
 }
 
 __attribute__((visibility("default"))) int openat64(int dir, const char *path, int flags, ...)
 {
 	MODE_ARG(flags, mode)
-	if (is_cm_path(path))
-		return open_chan(flags);
-	int sfd;
-	if (sysfs_open(path, flags, &sfd))
-		return sfd;
+	int fd;
+	if (own_open(path, flags, &fd))
+		return fd;
 	return get_openat64()(dir, path, flags, mode);
 }
 
 __attribute__((visibility("default"))) int __open_2(const char *path, int flags)
 {
-	if (is_cm_path(path))
-		return open_chan(flags);
-	int sfd;
-	if (sysfs_open(path, flags, &sfd))
-		return sfd;
+	int fd;
+	if (own_open(path, flags, &fd))
+		return fd;
 	return get___open_2()(path, flags);
 }
 
 __attribute__((visibility("default"))) int __open64_2(const char *path, int flags)
 {
-	if (is_cm_path(path))
-		return open_chan(flags);
-	int sfd;
-	if (sysfs_open(path, flags, &sfd))
-		return sfd;
+	int fd;
+	if (own_open(path, flags, &fd))
+		return fd;
 	return get___open64_2()(path, flags);
 }
 
