@@ -14,10 +14,10 @@ for pkg in $(go list ./...); do
   dir=$(go list -f '{{.Dir}}' "$pkg")
   for f in $(go test -list '^Fuzz' "$pkg" | grep '^Fuzz' || true); do
     ft=$fuzztime
-    # Targets that drive the device through real sockets run ~100 inputs a
-    # second: a tenth of a count-based budget.
+    # Targets that drive the device through real sockets, or run a program
+    # per input, run ~100 inputs a second: a tenth of a count-based budget.
     case "$f:$ft" in
-    FuzzWirePackets:*x) ft=$(( ${ft%x} / 10 ))x ;;
+    FuzzWirePackets:*x | FuzzDaemonReplies:*x) ft=$(( ${ft%x} / 10 ))x ;;
     esac
     echo "== $pkg $f ($ft)"
     before=$(ls "$dir/testdata/fuzz/$f" 2>/dev/null | sort)
