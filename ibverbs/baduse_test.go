@@ -37,6 +37,15 @@ func buildC(t *testing.T, src string, libs ...string) string {
 func runChecks(t *testing.T, lib, sock, bin string, min int, args ...string) {
 	t.Helper()
 	out := frontendtest.Run(t, 60*time.Second, lib, sock, bin, args...)
+	if n := countChecks(t, out); n < min {
+		t.Errorf("only %d checks passed:\n%s", n, out)
+	}
+}
+
+// countChecks fails the test on each "FAIL" line of a check program's
+// output and returns how many "ok" lines it has.
+func countChecks(t *testing.T, out string) int {
+	t.Helper()
 	n := 0
 	for _, l := range strings.Split(out, "\n") {
 		if strings.HasPrefix(l, "ok ") {
@@ -45,9 +54,7 @@ func runChecks(t *testing.T, lib, sock, bin string, min int, args ...string) {
 			t.Error(l)
 		}
 	}
-	if n < min {
-		t.Errorf("only %d checks passed:\n%s", n, out)
-	}
+	return n
 }
 
 // TestBadUse builds c/test/baduse.c against the installed libibverbs and
@@ -235,14 +242,7 @@ func TestDaemonRestart(t *testing.T) {
 	again := frontendtest.DaemonAt(t, sock)
 	err := p.Wait()
 	require.NoError(t, ctx.Err(), "the program hung:\n%s", p.Output())
-	n := 0
-	for _, l := range strings.Split(p.Output(), "\n") {
-		if strings.HasPrefix(l, "ok ") {
-			n++
-		} else if strings.HasPrefix(l, "FAIL") {
-			t.Error(l)
-		}
-	}
+	n := countChecks(t, p.Output())
 	require.NoError(t, err, p.Output())
 	require.GreaterOrEqual(t, n, 14, p.Output())
 	frontendtest.Run(t, 20*time.Second, lib, again, "ibv_devinfo")
@@ -279,15 +279,7 @@ func TestAllSymbols(t *testing.T) {
 	defer cancel()
 	p := frontendtest.Start(ctx, t, lib, frontendtest.Daemon(t), bin, file)
 	err = p.Wait()
-	out := p.Output()
-	ok := 0
-	for _, l := range strings.Split(out, "\n") {
-		if strings.HasPrefix(l, "ok ") {
-			ok++
-		} else if strings.HasPrefix(l, "FAIL") {
-			t.Error(l)
-		}
-	}
+	ok := countChecks(t, p.Output())
 	if err != nil || ok != n+stale {
 		t.Errorf("%d of %d checks passed (exit %v)", ok, n+stale, err)
 	}

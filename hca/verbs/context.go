@@ -134,11 +134,16 @@ func (c *Context) PortCounters() (ifc.PortCounters, error) {
 	if err != nil {
 		return ifc.PortCounters{}, fmt.Errorf("query port counters: %w", err)
 	}
+	return ifc.CountersFrom(outU64s(out)), nil
+}
+
+// outU64s reads a counters-style output: BE64 values from byte 8 to its end.
+func outU64s(out ifc.Out) []uint64 {
 	var v []uint64
 	for off := ifc.CountersOut; off+8 <= len(out); off += 8 {
 		v = append(v, ifc.In(out).U64(off))
 	}
-	return ifc.CountersFrom(v), nil
+	return v
 }
 
 // Usage reads what the whole device holds now (QUERY_USAGE).
@@ -147,11 +152,7 @@ func (c *Context) Usage() (ifc.Usage, error) {
 	if err != nil {
 		return ifc.Usage{}, fmt.Errorf("query usage: %w", err)
 	}
-	var v []uint64
-	for off := ifc.CountersOut; off+8 <= len(out); off += 8 {
-		v = append(v, ifc.In(out).U64(off))
-	}
-	return ifc.UsageFrom(v), nil
+	return ifc.UsageFrom(outU64s(out)), nil
 }
 
 // GID returns the port's RoCEv2 GID (zero when the device has no wire).
