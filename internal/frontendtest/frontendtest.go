@@ -332,6 +332,21 @@ func (s *syncBuffer) Write(p []byte) (int, error) {
 // killed if still running when ctx ends or the test ends.
 func Start(ctx context.Context, t testing.TB, lib, sock string, name string, args ...string) *Proc {
 	t.Helper()
+	p := StartOwned(ctx, t, lib, sock, name, args...)
+	t.Cleanup(func() {
+		p.Cmd.Process.Kill()
+		p.Wait()
+		SanitizerReport(t, name, p.Output())
+	})
+	return p
+}
+
+// StartOwned starts a program as Start does but leaves it to the caller,
+// who must see it end (Wait) and check its output (SanitizerReport): the
+// test keeps no record of it, for long runs of many programs (the churn
+// soak). It is killed if still running when ctx ends.
+func StartOwned(ctx context.Context, t testing.TB, lib, sock string, name string, args ...string) *Proc {
+	t.Helper()
 	cmd := exec.CommandContext(ctx, name, args...)
 	cmd.Env = Env(lib, sock)
 	p := &Proc{Cmd: cmd, out: &syncBuffer{b: &bytes.Buffer{}}, done: make(chan struct{})}
@@ -343,11 +358,6 @@ func Start(ctx context.Context, t testing.TB, lib, sock string, name string, arg
 		p.err = cmd.Wait()
 		close(p.done)
 	}()
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		p.Wait()
-		SanitizerReport(t, name, p.Output())
-	})
 	return p
 }
 
@@ -372,19 +382,6 @@ func (p *Proc) Output() string {
 	p.out.mu.Lock()
 	defer p.out.mu.Unlock()
 	return p.out.b.String()
-}
-
-// Release checks the output of a program that has ended for a sanitizer
-// report and drops it and its environment, which the test would otherwise
-// keep until it ends: for long runs of many programs (the churn soak).
-func (p *Proc) Release(t testing.TB) {
-	t.Helper()
-	<-p.done
-	SanitizerReport(t, p.Cmd.Path, p.Output())
-	p.out.mu.Lock()
-	p.out.b = &bytes.Buffer{}
-	p.out.mu.Unlock()
-	p.Cmd.Env, p.Cmd.Args = nil, p.Cmd.Args[:1]
 }
 
 // Run runs a program to its end with a timeout and returns its output; the
