@@ -107,6 +107,7 @@ type churnStats struct {
 	hung                 []string
 	survivorMax          time.Duration // the longest a survivor took to end after its peer's kill
 	settles, settleFails int
+	noReport             int // perftest pairs that could not measure the CPU's clock on the loaded machine
 }
 
 // TestChurn runs 8 pairs of client processes on one daemon — rping -V
@@ -252,9 +253,9 @@ func churn(t *testing.T, lib, bin string, e churnEnv) {
 	defer st.mu.Unlock()
 	t.Logf("churn: %v, %d slots: %d pairs ran to their end (%d operations, %d verified byte for byte), %d lost a side to SIGKILL; "+
 		"lost 0 and corrupted 0 unless listed: %d failed, %d still waiting after 30 s; survivors ended at most %v after the kill; "+
-		"%d settle points, %d not at baseline",
+		"%d settle points, %d not at baseline; %d perftest pairs could not time the CPU's clock (no report)",
 		time.Since(start).Round(time.Second), slots, st.runs, st.ops, st.verified, st.killed, len(st.failed), len(st.hung),
-		st.survivorMax.Round(time.Millisecond), st.settles, st.settleFails)
+		st.survivorMax.Round(time.Millisecond), st.settles, st.settleFails, st.noReport)
 	for _, f := range st.failed {
 		t.Errorf("churn: a pair no kill touched failed: %s", f)
 	}
@@ -359,6 +360,14 @@ func churnRun(ctx context.Context, t *testing.T, lib string, e churnEnv, k churn
 		}
 		return
 	}
+	if (serr != nil || cerr != nil) && (strings.Contains(so, perftestNoClock) || strings.Contains(co, perftestNoClock)) {
+		// perftest measures the CPU's clock before it reports, and
+		// refuses ("Correlation coefficient r^2 < 0.9") when a loaded
+		// machine makes the samples noisy: no data was lost, there is
+		// just no report.
+		st.noReport++
+		return
+	}
 	if serr != nil || cerr != nil {
 		st.failed = append(st.failed, fmt.Sprintf("%s (slot %d): server %v, client %v\nserver:\n%s\nclient:\n%s",
 			k.name, slot, serr, cerr, so, co))
@@ -371,6 +380,10 @@ func churnRun(ctx context.Context, t *testing.T, lib string, e churnEnv, k churn
 		st.verified += n
 	}
 }
+
+// perftestNoClock is what perftest prints when it cannot measure the
+// CPU's clock (get_cpu_mhz) well enough to report.
+const perftestNoClock = "Can't produce a report"
 
 func (st *churnStats) note(list *[]string, s string) {
 	st.mu.Lock()
